@@ -1,0 +1,50 @@
+# `make score` and `make test` are all a newcomer needs: each sets up on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Without an NVIDIA GPU, take torch's CPU build (a bare `torch` would pull multi-GB CUDA wheels):
+# the pinned CPU wheel where the machine provides it, else PyTorch's CPU index.
+TORCH_CPU ?= torch==2.13.0+cpu
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+SETUP := $(VENV)/.setup-done
+DATA := data/docs/.built
+
+.PHONY: setup score test bench bench-gpu lint format clean
+
+setup: $(SETUP) $(DATA)
+
+$(SETUP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "setup: NVIDIA GPU found, installing torch with CUDA"; \
+	else \
+		echo "setup: no GPU, installing the CPU build of torch"; \
+		$(BIN)/pip install -q "$(TORCH_CPU)" || \
+		$(BIN)/pip install -q torch --index-url $(TORCH_CPU_INDEX); \
+	fi
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	touch $@
+
+$(DATA): scripts/sample_corpus.py $(SETUP)
+	$(BIN)/python scripts/sample_corpus.py data/docs --shards 8
+	touch $@
+
+score: setup
+	$(BIN)/batchscore run jobs/summarize.toml
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python scripts/bench.py
+
+lint: setup
+	$(BIN)/ruff check batchscore tests scripts
+	$(BIN)/ruff format --check batchscore tests scripts
+
+format: setup
+	$(BIN)/ruff check --fix batchscore tests scripts
+	$(BIN)/ruff format batchscore tests scripts
+
+clean:
+	rm -rf out data .pytest_cache

@@ -1,0 +1,5 @@
+"""``python -m batchscore`` is the ``batchscore`` command."""
+
+from batchscore.cli import main
+
+main()

@@ -1,0 +1,131 @@
+"""The command line: a thin shell that parses, calls one library function, and reports.
+
+Errors become messages and exit codes here and only here (see `batchscore.errors.EXIT_CODES`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from batchscore import __version__
+from batchscore.config import Job, load_job
+from batchscore.errors import BatchscoreError
+
+log = logging.getLogger("batchscore")
+JOB = click.argument("job", type=click.Path(dir_okay=False))
+SET = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Override a job key; the value is read as TOML (repeatable).",
+)
+
+
+def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn library errors into one clear message on stderr and the documented exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except BatchscoreError as exc:
+            lines = str(exc).splitlines() or [type(exc).__name__]
+            click.echo(f"batchscore: error: {lines[0]}", err=True)
+            for line in lines[1:]:
+                click.echo(f"  {line}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("batchscore: interrupted; committed chunks are kept", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def load(job: str, overrides: tuple[str, ...]) -> Job:
+    return load_job(job, list(overrides))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="batchscore")
+@click.option("-v", "--verbose", is_flag=True, help="Log debugging detail.")
+def main(verbose: bool) -> None:
+    """Score every row of Parquet shards with a PyTorch model, resumably.
+
+    Example:
+        batchscore run jobs/summarize.toml
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="batchscore: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@main.command()
+@JOB
+@SET
+@click.option("--restart", is_flag=True, help="Discard committed output and start over.")
+@click.option(
+    "--progress",
+    type=click.Choice(["auto", "bar", "log", "off"]),
+    default="auto",
+    show_default=True,
+    help="A bar on a terminal, log lines elsewhere (auto), or nothing.",
+)
+@reports_errors
+def run(job: str, overrides: tuple[str, ...], restart: bool, progress: str) -> None:
+    """Score every row of JOB not yet committed, then print a summary.
+
+    Example:
+        batchscore run jobs/summarize.toml --set model.precision=bf16
+    """
+    from batchscore.driver import run_job  # keeps `--help` and `validate` free of torch imports
+    from batchscore.report import summary
+
+    if progress == "auto":
+        progress = "bar" if sys.stderr.isatty() else "log"
+    report = run_job(load(job, overrides), restart=restart, progress=progress)
+    click.echo(summary(report))
+
+
+@main.command()
+@JOB
+@SET
+@reports_errors
+def validate(job: str, overrides: tuple[str, ...]) -> None:
+    """Check JOB's file, inputs, model and device without loading weights or scoring.
+
+    Example:
+        batchscore validate jobs/embed.toml
+    """
+    from batchscore.validate import validate_job
+
+    loaded = load(job, overrides)
+    for fact in validate_job(loaded):
+        click.echo(f"  {fact}")
+    click.echo(f"{job}: ok")
+
+
+@main.command()
+@JOB
+@SET
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@reports_errors
+def status(job: str, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Show what is done, pending and failed for JOB, from its checkpoints alone.
+
+    Example:
+        batchscore status jobs/summarize.toml --json
+    """
+    from batchscore.status import format_status, job_status
+
+    result = job_status(load(job, overrides))
+    click.echo(json.dumps(result, indent=2) if as_json else format_status(result))

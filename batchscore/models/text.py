@@ -1,0 +1,81 @@
+"""Text in, token ids out: the fast tokenizer in large calls, and padding of one batch at a time.
+
+Token ids live as one numpy array per unit (row or sentence), so the sampler sees lengths and a
+batch is padded only to its own longest row, never to the window's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from batchscore.errors import ModelError
+
+
+@dataclass
+class Encoded:
+    """Tokenized units of one window; `owners[u]` is the window row unit `u` belongs to."""
+
+    ids: list[np.ndarray]
+    truncated: int = 0
+    owners: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(i) for i in self.ids), dtype=np.int64, count=len(self.ids))
+
+
+def default_max_length(path: Path, tokenizer_limit: int | None, positions: int | None) -> int:
+    """The input length the model was trained for: its sentence-transformers limit, else its own."""
+    st_config = path / "sentence_bert_config.json"
+    if st_config.is_file():
+        limit = json.loads(st_config.read_text()).get("max_seq_length")
+        if limit:
+            return int(limit)
+    limits = [n for n in (tokenizer_limit, positions) if n and n < 1_000_000]
+    return min(limits) if limits else 512
+
+
+class TextEncoder:
+    """Wraps a model folder's fast tokenizer with truncation fixed at `max_length`."""
+
+    def __init__(self, path: Path, max_length: int | None, trust_remote_code: bool) -> None:
+        from tokenizers import Tokenizer
+        from transformers import AutoConfig, AutoTokenizer
+
+        try:
+            hf = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{path}: cannot load a tokenizer: {exc}") from exc
+        backend = getattr(hf, "backend_tokenizer", None)
+        if backend is None:
+            raise ModelError(f"{path}: batchscore needs a fast (tokenizers) tokenizer")
+        positions = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+        self.max_length = max_length or default_max_length(path, hf.model_max_length, positions)
+        # A private copy, so truncation settings never leak into the transformers tokenizer.
+        self.tokenizer = Tokenizer.from_str(backend.to_str())
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(self.max_length)
+        self.pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
+        self.hf = hf
+
+    def encode(self, texts: list[str]) -> Encoded:
+        """Tokenize all texts in one call (the Rust tokenizer parallelises it internally)."""
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        truncated = sum(1 for e in encodings if e.overflowing)
+        return Encoded(ids, truncated)
+
+    def collate(self, ids: list[np.ndarray], left: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Pad a batch to its longest row: (input_ids, attention_mask), padded right or left."""
+        lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
+        width = int(lengths.max())
+        positions = np.arange(width)
+        mask = positions >= (width - lengths)[:, None] if left else positions < lengths[:, None]
+        input_ids = np.full((len(ids), width), self.pad_id, dtype=np.int64)
+        input_ids[mask] = np.concatenate(ids)
+        return input_ids, mask.astype(np.int64)

@@ -1,0 +1,92 @@
+"""Overlap between stages: a producer thread runs ahead of the model, a consumer thread behind it.
+
+Both hand items through bounded queues, so memory stays bounded and a slow stage applies
+back-pressure instead of buffering without limit. Exceptions cross to the model's thread.
+The model's thread is never blocked by the other two except on a full or empty queue: reading,
+tokenizing and Parquet writing all release the GIL in native code.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+_END = object()
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
+    """Put unless told to stop; polls so a stopped consumer never leaves the producer blocked."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def prefetch(items: Iterable[T], depth: int) -> Iterator[T]:
+    """Iterate ``items`` in a background thread, at most ``depth`` items ahead of the consumer."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not _put(q, item, stop):
+                    return
+            _put(q, _END, stop)
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            _put(q, _Failed(exc), stop)
+
+    thread = threading.Thread(target=produce, name="batchscore-reader", daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not _END:
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+class Sink(Generic[T]):
+    """Feed items to ``consume`` in a background thread; its failure surfaces on `put`/`close`."""
+
+    def __init__(self, consume: Callable[[T], None], depth: int) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.consume = consume
+        self.thread = threading.Thread(target=self._run, name="batchscore-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (item := self.q.get()) is not _END:
+            try:
+                self.consume(item)
+            except BaseException as exc:
+                self.error = exc
+                self.stop.set()
+                return
+
+    def put(self, item: T) -> None:
+        """Queue an item; raises the consumer's error if it has failed."""
+        if not _put(self.q, item, self.stop) or self.error:
+            raise self.error  # type: ignore[misc]
+
+    def close(self) -> None:
+        """Let the consumer finish what is queued, then raise its error if it had one."""
+        _put(self.q, _END, self.stop)
+        self.thread.join()
+        if self.error:
+            raise self.error

@@ -1,0 +1,179 @@
+"""Reader: find the input shards, cut them into chunks, stream a chunk's rows in bounded windows.
+
+Only Parquet footers are read to plan; rows are read one row group at a time with only the
+needed columns, so memory is bounded by the window, never by the shard.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from batchscore.config import InputConfig
+from batchscore.errors import InputDataError, JobError
+
+GLOB_CHARS = set("*?[")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input Parquet file; `index` is its place in sorted path order."""
+
+    index: int
+    path: str
+    size: int
+    mtime_ns: int
+
+    @property
+    def identity(self) -> dict[str, int | str]:
+        """What must stay equal for committed chunks of this shard to remain valid."""
+        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A fixed row range of one shard: the unit of commit."""
+
+    shard: Shard
+    index: int
+    start: int
+    stop: int
+    of: int  # how many chunks the shard has
+
+    @property
+    def key(self) -> str:
+        """Deterministic name from shard and chunk numbers; never from input strings."""
+        return f"{self.shard.index:05d}-{self.index:05d}"
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+
+def is_hidden(path: Path, root: Path) -> bool:
+    """Names starting with ``.`` or ``_`` are not shards, as dataset readers treat them."""
+    parts = path.relative_to(root).parts if path.is_relative_to(root) else (path.name,)
+    return any(p.startswith((".", "_")) for p in parts)
+
+
+def expand(pattern: str) -> list[Path]:
+    """The shard files one `[input].path` entry names: a folder, a glob or a file."""
+    path = Path(pattern)
+    if any(c in pattern for c in GLOB_CHARS):
+        root = Path(pattern.split("*")[0].split("?")[0].split("[")[0]).parent
+        found = [Path(p) for p in glob.glob(pattern, recursive=True)]
+        return [p for p in found if p.is_file() and not is_hidden(p, root)]
+    if path.is_dir():
+        return [p for p in path.rglob("*.parquet") if p.is_file() and not is_hidden(p, path)]
+    if path.is_file():
+        return [path]
+    raise JobError(f"[input].path: {pattern}: no such file or folder")
+
+
+def find_shards(inp: InputConfig) -> list[Shard]:
+    """Every shard the job names, in sorted path order, each once."""
+    paths: set[str] = set()
+    for pattern in inp.path:
+        found = expand(pattern)
+        if not found:
+            raise JobError(f"[input].path: {pattern}: matches no Parquet files")
+        paths.update(str(p.resolve()) for p in found)
+    shards = []
+    for index, path in enumerate(sorted(paths)):
+        st = os.stat(path)
+        shards.append(Shard(index, path, st.st_size, st.st_mtime_ns))
+    return shards
+
+
+def open_shard(shard: Shard) -> pq.ParquetFile:
+    """Open a shard's footer, turning a corrupt file into an error that names it."""
+    try:
+        return pq.ParquetFile(shard.path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputDataError(f"{shard.path}: not a readable Parquet file: {exc}") from exc
+
+
+def plan_chunks(shard: Shard, num_rows: int, chunk_rows: int) -> list[Chunk]:
+    """Cut a shard into fixed row ranges of `chunk_rows` (one chunk when the shard is small)."""
+    starts = range(0, max(num_rows, 1), chunk_rows)
+    return [
+        Chunk(shard, i, s, min(s + chunk_rows, num_rows), len(starts)) for i, s in enumerate(starts)
+    ]
+
+
+def check_columns(shard: Shard, schema: pa.Schema, inp: InputConfig) -> None:
+    """Fail early, naming shard and column, when a needed column is absent or is not text."""
+    missing = [c for c in inp.columns if c not in schema.names]
+    if missing:
+        raise InputDataError(
+            f"{shard.path}: missing column(s) {', '.join(missing)}; "
+            f"it has {', '.join(schema.names)}"
+        )
+    kind = schema.field(inp.text).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InputDataError(
+            f"{shard.path}: column {inp.text!r} is {kind}, expected a string column"
+        )
+
+
+def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> Iterator[pa.Table]:
+    """Stream a chunk's rows as tables of at most `window_rows`, reading only its row groups.
+
+    An empty chunk yields one empty table, so every chunk reaches the writer and gets committed.
+    """
+    pf = open_shard(chunk.shard)
+    if chunk.rows == 0:
+        yield pf.schema_arrow.empty_table().select(list(columns))
+        return
+    groups, offset, first = [], 0, None
+    for g in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(g).num_rows
+        if offset < chunk.stop and offset + n > chunk.start:
+            groups.append(g)
+            first = offset if first is None else first
+        offset += n
+    skip, remaining = chunk.start - first, chunk.rows
+    pending: list[pa.RecordBatch] = []
+    buffered = 0
+    for batch in iter_batches(pf, chunk.shard, groups, columns, window_rows):
+        if skip:
+            cut = min(skip, batch.num_rows)
+            batch, skip = batch.slice(cut), skip - cut
+        batch = batch.slice(0, remaining)
+        remaining -= batch.num_rows
+        pending.append(batch)
+        buffered += batch.num_rows
+        while buffered >= window_rows:
+            table = pa.Table.from_batches(pending)
+            yield table.slice(0, window_rows)
+            rest = table.slice(window_rows)
+            pending, buffered = rest.to_batches(), rest.num_rows
+        if remaining == 0:
+            break
+    if remaining:
+        raise InputDataError(
+            f"{chunk.shard.path}: ended {remaining} rows short of its footer's count"
+        )
+    if buffered:
+        yield pa.Table.from_batches(pending)
+
+
+def iter_batches(
+    pf: pq.ParquetFile, shard: Shard, groups: list[int], columns: tuple[str, ...], size: int
+) -> Iterator[pa.RecordBatch]:
+    """`ParquetFile.iter_batches`, with a decoding failure named by its shard."""
+    batches = pf.iter_batches(batch_size=size, row_groups=groups, columns=list(columns))
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as exc:
+            raise InputDataError(f"{shard.path}: cannot decode rows: {exc}") from exc
+        yield batch

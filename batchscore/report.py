@@ -1,0 +1,97 @@
+"""What a run did, measured: live progress while it runs, a summary and a JSON report at the end."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tqdm import tqdm
+
+log = logging.getLogger("batchscore")
+
+
+@dataclass
+class RunStats:
+    """Counters one run accumulates; `report` derives the rates from them."""
+
+    rows: int = 0
+    units: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    batches: int = 0
+    truncated: int = 0
+    chunks_committed: int = 0
+    chunks_already_done: int = 0
+    rows_already_done: int = 0
+    load_s: float = 0.0
+    model_busy_s: float = 0.0
+    started: float = field(default_factory=time.time)
+    wall_s: float = 0.0
+
+    def report(self, **context: Any) -> dict[str, Any]:
+        """The run report: counters, derived rates, and whatever context the driver adds."""
+        wall = max(self.wall_s, 1e-9)
+        return {
+            **asdict(self),
+            "padding_efficiency": round(self.tokens / self.padded_tokens, 4)
+            if self.padded_tokens
+            else 1.0,
+            "rows_per_s": round(self.rows / wall, 2),
+            "tokens_per_s": round(self.tokens / wall, 1),
+            "model_busy_share": round(self.model_busy_s / wall, 4),
+            **context,
+        }
+
+
+def summary(report: dict[str, Any]) -> str:
+    """A few human lines from a run report."""
+    return "\n".join(
+        [
+            f"batchscore: {report['job']}: {report['rows']:,} rows scored in "
+            f"{report['wall_s']:.1f} s ({report['rows_per_s']:,.1f} rows/s, "
+            f"{report['tokens_per_s']:,.0f} tokens/s)",
+            f"  tokens: {report['tokens']:,} real, {report['padded_tokens']:,} padded "
+            f"(padding efficiency {report['padding_efficiency']:.3f}) in {report['batches']:,} "
+            f"batches; {report['truncated']:,} inputs truncated",
+            f"  model busy {report['model_busy_share']:.1%} of wall time; model load "
+            f"{report['load_s']:.1f} s; {report['device']}, {report['precision']}",
+            f"  chunks: {report['chunks_committed']} committed now, "
+            f"{report['chunks_already_done']} already done ({report['rows_already_done']:,} rows)",
+            f"  output: {report['output']}",
+        ]
+    )
+
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere (cron, CI logs) a log line every `every_s` seconds."""
+
+    def __init__(self, total_rows: int, mode: str, every_s: float = 10.0) -> None:
+        self.mode, self.every_s, self.total = mode, every_s, total_rows
+        self.rows, self.tokens = 0.0, 0
+        self.start = self.last = time.perf_counter()
+        self.bar = tqdm(total=total_rows, unit="row", dynamic_ncols=True) if mode == "bar" else None
+
+    def advance(self, rows: float, tokens: int) -> None:
+        self.rows += rows
+        self.tokens += tokens
+        now = time.perf_counter()
+        rate = self.tokens / max(now - self.start, 1e-9)
+        if self.bar is not None:
+            self.bar.update(rows)
+            self.bar.set_postfix_str(f"{rate:,.0f} tok/s", refresh=False)
+        elif self.mode == "log" and now - self.last >= self.every_s:
+            self.last = now
+            log.info(
+                "%.0f/%d rows (%.1f%%), %.1f rows/s, %.0f tokens/s",
+                self.rows,
+                self.total,
+                100 * self.rows / max(self.total, 1),
+                self.rows / (now - self.start),
+                rate,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,109 @@
+"""Turn a TOML table into a frozen dataclass, collecting every problem rather than the first.
+
+The dataclass *is* the schema: field types say what a key accepts (``Literal`` lists the choices),
+defaults say what is optional, and ``field(metadata={"min": ..., "max": ...})`` bounds numbers.
+Keeping the schema in the type annotations means a new key is one line, and its error messages
+come for free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal
+
+MISSING = dataclasses.MISSING
+
+
+def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
+    """A ' (did you mean "x"?)' hint, or '' when nothing is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def describe(annotation: Any) -> str:
+    """Say in words what values an annotation accepts, for error messages."""
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(a) for a in typing.get_args(annotation) if a is not type(None))
+    if origin is tuple:
+        return f"a list of {describe(typing.get_args(annotation)[0])}s"
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
+
+
+def show(value: Any) -> str:
+    """Render a user's value the way they wrote it in TOML."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
+    """Check ``value`` against ``annotation``; return (ok, value converted to the field's type)."""
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return value in typing.get_args(annotation), value
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(annotation):
+            if option is not type(None):
+                ok, converted = coerce(value, option)
+                if ok:
+                    return True, converted
+        return False, value
+    if origin is tuple:
+        item = typing.get_args(annotation)[0]
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return False, value
+        converted = [coerce(v, item) for v in items]
+        return all(ok for ok, _ in converted), tuple(v for _, v in converted)
+    if annotation is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    return isinstance(value, annotation), value
+
+
+def build(cls: type, table: dict[str, Any], where: str, problems: list[str], **extra: Any) -> Any:
+    """Build dataclass ``cls`` from ``table``; append one message per problem to ``problems``.
+
+    ``where`` prefixes each message (e.g. ``jobs/x.toml: [model]``). ``extra`` supplies fields that
+    do not come from the table (resolved paths, say). Returns None when a required key is missing
+    or a value is unusable, so callers never see a half-valid section.
+    """
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in extra}
+    values: dict[str, Any] = dict(extra)
+    failed = False
+    for key, value in table.items():
+        if key not in fields:
+            problems.append(f"{where}.{key}: unknown key{did_you_mean(key, fields)}")
+            failed = True
+            continue
+        ok, converted = coerce(value, hints[key])
+        low, high = fields[key].metadata.get("min"), fields[key].metadata.get("max")
+        if ok and low is not None and converted < low:
+            problems.append(f"{where}.{key}: must be at least {low}, got {show(value)}")
+            failed = True
+        elif ok and high is not None and converted > high:
+            problems.append(f"{where}.{key}: must be at most {high}, got {show(value)}")
+            failed = True
+        elif not ok:
+            problems.append(f"{where}.{key}: expected {describe(hints[key])}, got {show(value)}")
+            failed = True
+        else:
+            values[key] = converted
+    for name, f in fields.items():
+        if name not in values and f.default is MISSING and f.default_factory is MISSING:
+            problems.append(f"{where}.{name}: required key is missing")
+            failed = True
+    return None if failed else cls(**values)

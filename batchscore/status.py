@@ -1,0 +1,89 @@
+"""`batchscore status`: done, pending and failed work per shard, from commit records and footers.
+
+Nothing is scored and no model is loaded; a shard whose records all match it is not opened.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from batchscore.checkpoint import Checkpoint
+from batchscore.config import Job
+from batchscore.errors import BatchscoreError
+from batchscore.reader import find_shards, open_shard, plan_chunks
+
+
+@dataclass
+class ShardStatus:
+    shard: str
+    state: str  # done | pending | partial | failed | changed
+    chunks_done: int
+    chunks: int
+    rows_done: int
+    rows: int
+
+
+def job_status(job: Job) -> dict[str, Any]:
+    """Per-shard progress plus the last run's report, as plain data."""
+    ckpt = Checkpoint(job.output_dir)
+    committed = ckpt.committed() if ckpt.done_dir.is_dir() else {}
+    last = last_report(ckpt)
+    failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
+    shards = []
+    for shard in find_shards(job.input):
+        prefix = f"{shard.index:05d}-"
+        records = [r for key, r in committed.items() if key.startswith(prefix)]
+        valid = [r for r in records if r["shard"] == shard.identity]
+        try:
+            pf = open_shard(shard)
+            rows = pf.metadata.num_rows
+            chunks = len(plan_chunks(shard, rows, job.output.chunk_rows))
+        except BatchscoreError:
+            rows, chunks = 0, 0
+        done_rows = sum(r["rows"] for r in valid)
+        if len(valid) < len(records):
+            state = "changed"
+        elif shard.path in failed:
+            state = "failed"
+        elif chunks and len(valid) == chunks:
+            state = "done"
+        else:
+            state = "partial" if valid else "pending"
+        shards.append(ShardStatus(shard.path, state, len(valid), chunks, done_rows, rows))
+    return {
+        "job": job.name,
+        "output": str(job.output_dir),
+        "shards": [asdict(s) for s in shards],
+        "rows": sum(s.rows for s in shards),
+        "rows_done": sum(s.rows_done for s in shards),
+        "complete": all(s.state == "done" for s in shards),
+        "last_run": last,
+    }
+
+
+def last_report(ckpt: Checkpoint) -> dict[str, Any] | None:
+    """The newest run report, or None before the first run."""
+    reports = sorted(ckpt.runs_dir.glob("*.json")) if ckpt.runs_dir.is_dir() else []
+    return json.loads(reports[-1].read_text()) if reports else None
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """A fixed-width table for people; `--json` gives scripts the same data."""
+    lines = [f"{'state':<8} {'chunks':>9} {'rows':>21}  shard"]
+    for s in status["shards"]:
+        chunks = f"{s['chunks_done']}/{s['chunks']}"
+        rows = f"{s['rows_done']:,}/{s['rows']:,}"
+        lines.append(f"{s['state']:<8} {chunks:>9} {rows:>21}  {s['shard']}")
+    lines.append(
+        f"{status['rows_done']:,} of {status['rows']:,} rows committed"
+        + (" - complete" if status["complete"] else "")
+    )
+    last = status["last_run"]
+    if last:
+        lines.append(
+            f"last run: {last['rows']:,} rows in {last['wall_s']:.1f} s "
+            f"({last['rows_per_s']:,.1f} rows/s, {last['tokens_per_s']:,.0f} tokens/s)"
+        )
+    return "\n".join(lines)

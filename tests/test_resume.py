@@ -1,0 +1,90 @@
+"""A real run in a subprocess, SIGKILLed midway, resumes to exactly a clean run's output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchscore.config import load_job
+from batchscore.driver import run_job
+from tests.conftest import read_output
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start(job: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+def wait_for_commits(done: Path, count: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while len(list(done.glob("*.json"))) < count:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.time() < deadline, "no progress"
+        time.sleep(0.02)
+
+
+def test_sigkill_midway_then_resume_equals_clean_run(embed_job: Path, tmp_path: Path):
+    clean = run_job(load_job(embed_job, ['output.path="clean"']))
+    proc = start(embed_job)
+    try:
+        wait_for_commits(tmp_path / "out/_batchscore/done", 3, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    committed = len(list((tmp_path / "out/_batchscore/done").glob("*.json")))
+    assert 3 <= committed < 9, "killed midway"
+    resumed = start(embed_job)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err.decode()
+    assert f"{9 - committed} committed now, {committed} already done" in out.decode()
+    got, want = read_output(tmp_path / "out"), read_output(Path(clean["output"]))
+    assert got["doc_id"].to_pylist() == want["doc_id"].to_pylist()
+    a, b = np.array(got["embedding"].to_pylist()), np.array(want["embedding"].to_pylist())
+    assert np.allclose(a, b, atol=1e-6)
+    assert not list((tmp_path / "out/_batchscore/tmp").iterdir())
+
+
+def test_two_runs_of_one_job_cannot_overlap(embed_job: Path, tmp_path: Path):
+    first = start(embed_job)
+    try:
+        wait_for_commits(tmp_path / "out/_batchscore/done", 1, first)
+        second = start(embed_job)
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 75
+        assert f"pid {first.pid}" in err.decode()
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+
+
+@pytest.mark.slow
+def test_killed_during_resume_too(embed_job: Path, tmp_path: Path):
+    clean = run_job(load_job(embed_job, ['output.path="clean"']))
+    done = tmp_path / "out/_batchscore/done"
+    for target in (2, 5):
+        proc = start(embed_job)
+        try:
+            wait_for_commits(done, target, proc)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    final = start(embed_job)
+    assert final.wait(timeout=300) == 0
+    got, want = read_output(tmp_path / "out"), read_output(Path(clean["output"]))
+    assert got["doc_id"].to_pylist() == want["doc_id"].to_pylist()
+    assert np.allclose(np.array(got["embedding"].to_pylist()),
+                       np.array(want["embedding"].to_pylist()), atol=1e-6)  # fmt: skip
