@@ -30,12 +30,6 @@ class InputConfig:
     keep: tuple[str, ...] = ()
 
     @property
-    def columns(self) -> tuple[str, ...]:
-        """Every input column the job reads, each once, in output order."""
-        wanted = ([self.id] if self.id else []) + list(self.keep) + [self.text]
-        return tuple(dict.fromkeys(wanted))
-
-    @property
     def carried(self) -> tuple[str, ...]:
         """Input columns copied unchanged to the output: the id, then `keep`."""
         return tuple(dict.fromkeys(([self.id] if self.id else []) + list(self.keep)))

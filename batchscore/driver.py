@@ -25,13 +25,12 @@ import pyarrow as pa
 from batchscore import __version__
 from batchscore.checkpoint import Checkpoint, part_name
 from batchscore.config import Job
-from batchscore.errors import InputDataError, RowError
+from batchscore.errors import InputDataError
 from batchscore.executor import Executor
 from batchscore.fsio import write_json
 from batchscore.lock import hold_lock
-from batchscore.models import Task, load_task
+from batchscore.models import Encoded, Task, input_kinds, load_task
 from batchscore.models.locate import locate, model_identity
-from batchscore.models.text import Encoded
 from batchscore.pipeline import Sink, prefetch
 from batchscore.reader import (
     Chunk,
@@ -96,7 +95,8 @@ def pending_chunks(
             continue
         try:
             pf = open_shard(shard)
-            check_columns(shard, pf.schema_arrow, job.input)
+            kinds = input_kinds(job.model.task, job.input, job.task)
+            check_columns(shard, pf.schema_arrow, job.input.carried, kinds)
         except InputDataError as exc:
             failures.append({"shard": shard.path, "error": str(exc)})
             continue
@@ -112,21 +112,20 @@ def pending_chunks(
 def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
     """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread)."""
     failed: set[int] = set()
+    columns = tuple(dict.fromkeys([*job.input.carried, *task.inputs]))
+    b = job.batching
     for chunk in chunks:
         if chunk.shard.index in failed:
             continue
         offset = chunk.start
         try:
-            for table in read_windows(chunk, job.input.columns, job.batching.window_rows):
-                try:
-                    encoded = task.encode(table.column(job.input.text), job.input.text)
-                except RowError as exc:
-                    raise InputDataError(
-                        f"{chunk.shard.path}: row {offset + exc.row}, column {exc.column!r}: "
-                        f"{exc.reason}"
-                    ) from exc
-                b = job.batching
-                batches = plan_batches(encoded.lengths, b.max_tokens, b.max_rows, b.sort)
+            for table in read_windows(chunk, columns, b.window_rows):
+                encoded = task.encode(table)
+                if encoded.errors:
+                    row, message = min(encoded.errors.items())
+                    raise InputDataError(f"{chunk.shard.path}: row {offset + row}, {message}")
+                budget = encoded.lengths + encoded.reserve
+                batches = plan_batches(budget, b.max_tokens, b.max_rows, b.sort and task.bucketing)
                 yield Window(chunk, table, encoded, batches)
                 offset += table.num_rows
         except InputDataError as exc:
@@ -220,7 +219,7 @@ def run_job(job: Job, restart: bool = False, progress: str = "off") -> dict[str,
         chunks = pending_chunks(job, find_shards(job.input), ckpt, stats, committer.failures)
         if chunks:
             loaded = time.perf_counter()
-            task = load_task(model_path, job.model, job.task, executor)
+            task = load_task(model_path, job.model, job.task, job.input, executor)
             stats.load_s = time.perf_counter() - loaded
             bar = Progress(sum(c.rows for c in chunks), progress)
             sink: Sink[Window] = Sink(committer, depth=2)

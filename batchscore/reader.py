@@ -107,19 +107,38 @@ def plan_chunks(shard: Shard, num_rows: int, chunk_rows: int) -> list[Chunk]:
     ]
 
 
-def check_columns(shard: Shard, schema: pa.Schema, inp: InputConfig) -> None:
-    """Fail early, naming shard and column, when a needed column is absent or is not text."""
-    missing = [c for c in inp.columns if c not in schema.names]
+def check_columns(
+    shard: Shard, schema: pa.Schema, carried: tuple[str, ...], kinds: dict[str, str]
+) -> None:
+    """Fail early, naming shard and column, when a needed column is absent or of the wrong kind.
+
+    ``carried`` columns may hold anything; ``kinds`` maps each column a task reads to "text"
+    (a string column) or "numeric" (numbers, or a list of numbers).
+    """
+    missing = [c for c in dict.fromkeys([*carried, *kinds]) if c not in schema.names]
     if missing:
         raise InputDataError(
             f"{shard.path}: missing column(s) {', '.join(missing)}; "
             f"it has {', '.join(schema.names)}"
         )
-    kind = schema.field(inp.text).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise InputDataError(
-            f"{shard.path}: column {inp.text!r} is {kind}, expected a string column"
-        )
+    for name, kind in kinds.items():
+        found = schema.field(name).type
+        check, wanted = KINDS[kind]
+        if not check(found):
+            raise InputDataError(f"{shard.path}: column {name!r} is {found}, expected {wanted}")
+
+
+def is_numeric(kind: pa.DataType) -> bool:
+    """Numbers, or a list of numbers (a feature vector in one column)."""
+    if pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind) or pa.types.is_large_list(kind):
+        return is_numeric(kind.value_type)
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+
+
+KINDS = {
+    "text": (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "a string column"),
+    "numeric": (is_numeric, "numbers or a list of numbers"),
+}
 
 
 def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> Iterator[pa.Table]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from batchscore.config import Job
 from batchscore.errors import BatchscoreError, JobError
 from batchscore.executor import check_precision, resolve_device
+from batchscore.models import input_kinds
 from batchscore.models.locate import check_model_files, locate
 from batchscore.reader import check_columns, find_shards, open_shard
 
@@ -22,7 +23,8 @@ def validate_job(job: Job) -> list[str]:
     for shard in shards:
         try:
             pf = open_shard(shard)
-            check_columns(shard, pf.schema_arrow, job.input)
+            kinds = input_kinds(job.model.task, job.input, job.task)
+            check_columns(shard, pf.schema_arrow, job.input.carried, kinds)
             rows += pf.metadata.num_rows
         except BatchscoreError as exc:
             problems.append(str(exc))

@@ -114,7 +114,6 @@ def test_list_or_single_path(tmp_path: Path):
 
 def test_each_stage_gets_its_own_section(tmp_path: Path):
     job = load_job(minimal(tmp_path, input={"id": "doc_id", "keep": ["doc_id", "lang"]}))
-    assert job.input.columns == ("doc_id", "lang", "text")
     assert job.input.carried == ("doc_id", "lang")
 
 

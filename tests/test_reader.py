@@ -89,10 +89,13 @@ def test_column_problems_name_shard_and_column(tmp_path: Path):
     path = make(tmp_path / "s.parquet", 3)
     shard = find_shards(InputConfig(path=(str(path),)))[0]
     schema = open_shard(shard).schema_arrow
-    with pytest.raises(InputDataError, match=r"s\.parquet: missing column\(s\) body"):
-        check_columns(shard, schema, InputConfig(path=(), text="body"))
+    with pytest.raises(InputDataError, match=r"s\.parquet: missing column\(s\) lang, body"):
+        check_columns(shard, schema, ("lang",), {"body": "text"})
     with pytest.raises(InputDataError, match="column 'id' is int64, expected a string column"):
-        check_columns(shard, schema, InputConfig(path=(), text="id"))
+        check_columns(shard, schema, (), {"id": "text"})
+    with pytest.raises(InputDataError, match="'text' is string, expected numbers or a list"):
+        check_columns(shard, schema, ("id",), {"text": "numeric"})
+    check_columns(shard, schema, ("text",), {"id": "numeric"})
 
 
 def test_corrupt_file_is_named(tmp_path: Path):

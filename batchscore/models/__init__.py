@@ -1,38 +1,29 @@
-"""Model adapters, one per task, chosen from a table keyed by `[model].task`.
-
-Every adapter has the same four members, which is all the driver knows of a model:
-``columns`` (output fields), ``max_length``, ``encode(column, name) -> Encoded`` (tokenize one
-window), ``forward(encoded, batch) -> ndarray`` (score one batch) and
-``finish(encoded, results) -> {column: array}`` (results in input order -> output columns).
-"""
+"""Task adapters, chosen from a table keyed by `[model].task`; see `batchscore.models.base`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from batchscore.config import ModelConfig
+from batchscore.config import InputConfig, ModelConfig
 from batchscore.executor import Executor
+from batchscore.models.base import Encoded, Task
 from batchscore.models.embed import EmbedTask
 from batchscore.models.summarize import SummarizeTask
-from batchscore.models.text import Encoded
-
-
-class Task(Protocol):
-    columns: list[pa.Field]
-    max_length: int
-
-    def encode(self, column: pa.ChunkedArray, name: str) -> Encoded: ...
-    def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray: ...
-    def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]: ...
-
 
 TASKS: dict[str, type] = {"embed": EmbedTask, "summarize": SummarizeTask}
 
 
-def load_task(path: Path, model: ModelConfig, options: Any, executor: Executor) -> Task:
+def input_kinds(task: str, inp: InputConfig, options: Any) -> dict[str, str]:
+    """Input columns a task reads, each with the kind it must be ("text" or "numeric")."""
+    return TASKS[task].input_kinds(inp, options)
+
+
+def load_task(
+    path: Path, model: ModelConfig, options: Any, inp: InputConfig, executor: Executor
+) -> Task:
     """Build the adapter for the job's task around the model at ``path``."""
-    return TASKS[model.task](path, model, options, executor)
+    return TASKS[model.task](path, model, options, inp, executor)
+
+
+__all__ = ["TASKS", "Encoded", "Task", "input_kinds", "load_task"]

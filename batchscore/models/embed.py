@@ -14,10 +14,11 @@ import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
-from batchscore.config import EmbedConfig, ModelConfig
-from batchscore.errors import ModelError, RowError
+from batchscore.config import EmbedConfig, InputConfig, ModelConfig
+from batchscore.errors import ModelError
 from batchscore.executor import Executor
-from batchscore.models.text import Encoded, TextEncoder
+from batchscore.models.base import Encoded, text_rows
+from batchscore.models.text import TextEncoder
 
 POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
@@ -55,15 +56,6 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
     total, count = (hidden * weights).sum(dim=1), weights.sum(dim=1).clamp(min=1)
     return total / (count.sqrt() if mode == "mean_sqrt_len" else count)
-
-
-def texts_of(column: pa.ChunkedArray, name: str) -> list[str]:
-    """A text column as Python strings; a null is a row error naming the row."""
-    texts = column.to_pylist()
-    for row, text in enumerate(texts):
-        if text is None:
-            raise RowError(row, name, "text is null")
-    return texts
 
 
 class Embedder:
@@ -104,13 +96,26 @@ class Embedder:
 class EmbedTask:
     """embed: one `embedding` (list<float32>) per row."""
 
-    def __init__(self, path: Path, model: ModelConfig, options: EmbedConfig, executor: Executor):
+    bucketing = True
+
+    @staticmethod
+    def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
+        return {inp.text: "text"}
+
+    def __init__(
+        self,
+        path: Path,
+        model: ModelConfig,
+        options: EmbedConfig,
+        inp: InputConfig,
+        executor: Executor,
+    ) -> None:
         self.embedder = Embedder(path, model, executor, options.normalize)
-        self.max_length = self.embedder.encoder.max_length
+        self.inputs = (inp.text,)
         self.columns = [pa.field("embedding", pa.list_(pa.float32()))]
 
-    def encode(self, column: pa.ChunkedArray, name: str) -> Encoded:
-        return self.embedder.encoder.encode(texts_of(column, name))
+    def encode(self, table: pa.Table) -> Encoded:
+        return self.embedder.encoder.encode_rows(*text_rows(table, self.inputs[0]))
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.embedder.forward([encoded.ids[i] for i in batch])

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from batchscore.config import ModelConfig, SummarizeConfig
+from batchscore.config import InputConfig, ModelConfig, SummarizeConfig
 from batchscore.executor import Executor
-from batchscore.models.embed import Embedder, texts_of
+from batchscore.models.base import Encoded, text_rows
+from batchscore.models.embed import Embedder
 from batchscore.models.sentences import split_sentences
-from batchscore.models.text import Encoded
 
 
 def select_sentences(vectors: np.ndarray, k: int, diversity: float) -> list[int]:
@@ -40,32 +40,46 @@ def select_sentences(vectors: np.ndarray, k: int, diversity: float) -> list[int]
 class SummarizeTask:
     """summarize: one extractive `summary` (string) per row."""
 
+    bucketing = True
+
+    @staticmethod
+    def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
+        return {inp.text: "text"}
+
     def __init__(
-        self, path: Path, model: ModelConfig, options: SummarizeConfig, executor: Executor
+        self,
+        path: Path,
+        model: ModelConfig,
+        options: SummarizeConfig,
+        inp: InputConfig,
+        executor: Executor,
     ) -> None:
         self.embedder = Embedder(path, model, executor, normalize=True)
-        self.max_length = self.embedder.encoder.max_length
         self.options = options
+        self.inputs = (inp.text,)
         self.columns = [pa.field("summary", pa.string())]
 
-    def encode(self, column: pa.ChunkedArray, name: str) -> Encoded:
+    def encode(self, table: pa.Table) -> Encoded:
+        texts, rows, errors = text_rows(table, self.inputs[0])
         sentences: list[str] = []
         owners: list[int] = []
-        for row, text in enumerate(texts_of(column, name)):
+        for position, text in enumerate(texts):
             parts = split_sentences(text)[: self.options.max_sentences]
             sentences += parts
-            owners += [row] * len(parts)
-        encoded = self.embedder.encoder.encode(sentences)
-        encoded.owners = np.asarray(owners, dtype=np.int64)
-        encoded.extra.update(sentences=sentences, rows=len(column))
-        return encoded
+            owners += [position] * len(parts)
+        ids, truncated = self.embedder.encoder.encode(sentences)
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        owners_array = np.asarray(owners, dtype=np.int64)
+        return Encoded(
+            lengths, owners_array, rows, errors, ids, truncated, extra={"sentences": sentences}
+        )
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.embedder.forward([encoded.ids[i] for i in batch])
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         sentences, k = encoded.extra["sentences"], self.options.sentences
-        bounds = np.searchsorted(encoded.owners, np.arange(encoded.extra["rows"] + 1))
+        bounds = np.searchsorted(encoded.owners, np.arange(len(encoded.rows) + 1))
         summaries = []
         for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             keep = select_sentences(results[start:stop], k, self.options.diversity)

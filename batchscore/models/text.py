@@ -7,26 +7,12 @@ batch is padded only to its own longest row, never to the window's.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from batchscore.errors import ModelError
-
-
-@dataclass
-class Encoded:
-    """Tokenized units of one window; `owners[u]` is the window row unit `u` belongs to."""
-
-    ids: list[np.ndarray]
-    truncated: int = 0
-    owners: np.ndarray | None = None
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.fromiter((len(i) for i in self.ids), dtype=np.int64, count=len(self.ids))
+from batchscore.models.base import Encoded
 
 
 def default_max_length(path: Path, tokenizer_limit: int | None, positions: int | None) -> int:
@@ -63,12 +49,18 @@ class TextEncoder:
         self.pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
         self.hf = hf
 
-    def encode(self, texts: list[str]) -> Encoded:
-        """Tokenize all texts in one call (the Rust tokenizer parallelises it internally)."""
-        encodings = self.tokenizer.encode_batch(texts)
+    def encode(self, texts: list[str]) -> tuple[list[np.ndarray], int]:
+        """Token ids of every text and how many were truncated, in one tokenizer call."""
+        encodings = self.tokenizer.encode_batch(texts)  # parallel in Rust, GIL released
         ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
-        truncated = sum(1 for e in encodings if e.overflowing)
-        return Encoded(ids, truncated)
+        return ids, sum(1 for e in encodings if e.overflowing)
+
+    def encode_rows(self, texts: list[str], rows: np.ndarray, errors: dict[int, str]) -> Encoded:
+        """An `Encoded` window with one unit per text."""
+        ids, truncated = self.encode(texts)
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        owners = np.arange(len(ids), dtype=np.int64)
+        return Encoded(lengths, owners, rows, errors, ids, truncated)
 
     def collate(self, ids: list[np.ndarray], left: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Pad a batch to its longest row: (input_ids, attention_mask), padded right or left."""

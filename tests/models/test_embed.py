@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from batchscore.config import EmbedConfig, ModelConfig
+from batchscore.config import EmbedConfig, InputConfig, ModelConfig
 from batchscore.executor import Executor
 from batchscore.models.embed import EmbedTask, pool, pooling_mode
 from batchscore.sampler import plan_batches, restore
@@ -16,7 +16,7 @@ from batchscore.sampler import plan_batches, restore
 @pytest.fixture(scope="module")
 def task(minilm_path):
     model = ModelConfig(task="embed", max_length=256)
-    return EmbedTask(minilm_path, model, EmbedConfig(), Executor(model))
+    return EmbedTask(minilm_path, model, EmbedConfig(), InputConfig(path=()), Executor(model))
 
 
 def reference(path, texts: list[str]) -> np.ndarray:
@@ -36,7 +36,7 @@ def reference(path, texts: list[str]) -> np.ndarray:
 
 def test_batched_embeddings_match_row_alone_reference(task, small_corpus, minilm_path):
     texts = small_corpus.column("text").to_pylist()[:120]
-    encoded = task.encode(pa.chunked_array([texts]), "text")
+    encoded = task.encode(pa.table({"text": texts}))
     batches = plan_batches(encoded.lengths, 2048, 64)
     assert len(batches) > 3  # really batched, with padding between lengths
     with torch.inference_mode():
@@ -64,6 +64,12 @@ def test_pooling_ignores_padding():
 
 
 def test_truncation_is_counted(task):
-    encoded = task.encode(pa.chunked_array([["word " * 1000, "short"]]), "text")
+    encoded = task.encode(pa.table({"text": ["word " * 1000, "short"]}))
     assert encoded.lengths.tolist()[0] == 256
     assert encoded.truncated == 1
+
+
+def test_null_texts_are_row_errors_not_units(task):
+    encoded = task.encode(pa.table({"text": ["a", None, "b"]}))
+    assert encoded.rows.tolist() == [0, 2] and len(encoded.lengths) == 2
+    assert encoded.errors == {1: "column 'text': text is null"}

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.config import ModelConfig, SummarizeConfig
+from batchscore.config import InputConfig, ModelConfig, SummarizeConfig
 from batchscore.executor import Executor
 from batchscore.models.sentences import split_sentences
 from batchscore.models.summarize import SummarizeTask, select_sentences
@@ -50,12 +50,13 @@ def test_selection_prefers_central_and_avoids_duplicates():
 @pytest.fixture(scope="module")
 def task(minilm_path):
     model = ModelConfig(task="summarize")
-    return SummarizeTask(minilm_path, model, SummarizeConfig(sentences=2), Executor(model))
+    options = SummarizeConfig(sentences=2)
+    return SummarizeTask(minilm_path, model, options, InputConfig(path=()), Executor(model))
 
 
 def test_summaries_are_sentences_of_their_own_document(task, corpus):
     texts = [*[t for t in corpus.column("text").to_pylist() if len(t) > 400][:20], "One line."]
-    encoded = task.encode(pa.chunked_array([texts]), "text")
+    encoded = task.encode(pa.table({"text": texts}))
     assert len(encoded.ids) > len(texts)  # sentences, not documents, are the units
     batches = plan_batches(encoded.lengths, 4096, 64)
     results = restore(batches, [task.forward(encoded, b) for b in batches], np.empty(0))

@@ -1,0 +1,57 @@
+"""What every task adapter shares: the `Encoded` window and the `Task` protocol the driver calls.
+
+The driver knows nothing else of a model. A task reads its input columns from a window,
+encodes the rows it can (naming the others in ``errors``), scores batches of units, and turns
+the results back into output columns, one value per encoded row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+
+@dataclass
+class Encoded:
+    """One window, ready for the model.
+
+    Units are what the model scores: a row, or one sentence of a row. ``lengths[u]`` is unit
+    ``u``'s token count and ``owners[u]`` the index into ``rows`` of the row it belongs to.
+    ``rows`` are the window rows that encoded; every other row is in ``errors`` (window row ->
+    message) and gets no output. ``reserve`` is how many tokens each unit grows by while it is
+    scored (generated tokens), which the batch budget must also hold.
+    """
+
+    lengths: np.ndarray
+    owners: np.ndarray
+    rows: np.ndarray
+    errors: dict[int, str] = field(default_factory=dict)
+    ids: list[np.ndarray] | None = None
+    truncated: int = 0
+    reserve: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(Protocol):
+    """A task adapter. ``columns`` are its output fields; ``inputs`` the input columns it reads."""
+
+    columns: list[pa.Field]
+    inputs: tuple[str, ...]
+    bucketing: bool  # False: batches by max_rows only (inputs have no length to sort by)
+
+    def encode(self, table: pa.Table) -> Encoded: ...
+
+    def forward(self, encoded: Encoded, batch: np.ndarray) -> Any: ...
+
+    def finish(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]: ...
+
+
+def text_rows(table: pa.Table, column: str) -> tuple[list[str], np.ndarray, dict[int, str]]:
+    """The non-null texts of ``column``, the rows they come from, and an error per null row."""
+    values = table.column(column).to_pylist()
+    rows = [i for i, text in enumerate(values) if text is not None]
+    errors = {i: f"column {column!r}: text is null" for i, t in enumerate(values) if t is None}
+    return [values[i] for i in rows], np.asarray(rows, dtype=np.int64), errors
