@@ -9,7 +9,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 SETUP := $(VENV)/.setup-done
 DATA := data/docs/.built
 
-.PHONY: setup score test bench bench-gpu lint format clean
+.PHONY: setup score test soak bench bench-gpu lint format clean
 
 setup: $(SETUP) $(DATA)
 
@@ -34,6 +34,10 @@ score: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# 100 SIGKILLs at random moments of one job, then a check against a clean run (several minutes)
+soak: setup
+	$(BIN)/python -m pytest -m soak tests/test_reliability.py
 
 bench: setup
 	$(BIN)/python scripts/bench.py

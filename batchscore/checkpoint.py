@@ -15,8 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from batchscore.errors import OutputConflictError
-from batchscore.fsio import fsync_dir, write_json
+from batchscore import faults
+from batchscore.errors import OutputConflictError, WriteError
+from batchscore.fsio import fsync_dir, write_error, write_json
 
 STATE = "_batchscore"
 
@@ -42,6 +43,7 @@ class Checkpoint:
         self.tmp_dir = self.state / "tmp"
         self.lock_path = self.state / "lock"
         self.runs_dir = self.state / "runs"
+        self.rejected_dir = self.state / "rejected"
 
     def job(self) -> dict[str, Any] | None:
         """The recorded job identity, or None when nothing was ever started here."""
@@ -50,7 +52,7 @@ class Checkpoint:
 
     def claim(self, name: str, parts: dict[str, Any], restart: bool) -> None:
         """Make this folder the job's, refusing to mix outputs of different settings or jobs."""
-        for folder in (self.done_dir, self.tmp_dir, self.runs_dir):
+        for folder in (self.done_dir, self.tmp_dir, self.runs_dir, self.rejected_dir):
             folder.mkdir(parents=True, exist_ok=True)
         recorded, digest = self.job(), fingerprint(parts)
         if recorded and restart:
@@ -62,9 +64,10 @@ class Checkpoint:
             )
         elif recorded and recorded["fingerprint"] != digest:
             changed = sorted(
-                k for k in set(parts) | set(recorded["parts"])
+                k
+                for k in set(parts) | set(recorded["parts"])
                 if parts.get(k) != recorded["parts"].get(k)
-            )  # fmt: skip
+            )
             raise OutputConflictError(
                 f"{self.output}: committed output was made with other settings "
                 f"(changed: {', '.join(changed)}); run with --restart to discard it and start "
@@ -81,19 +84,36 @@ class Checkpoint:
         return records
 
     def commit(self, record: dict[str, Any]) -> None:
-        """The commit point: record a chunk whose data file is already durably in place."""
-        write_json(self.done_dir / f"{record['chunk']}.json", record)
+        """The commit point: record a chunk whose data file is already durably in place.
+
+        If the record cannot be written, the data file is removed again, so a reader of the
+        output never sees rows that are not committed.
+        """
+        faults.hit("before-record")
+        path = self.done_dir / f"{record['chunk']}.json"
+        try:
+            try:
+                faults.hit("write-record")
+                write_json(path, record)
+            except OSError as exc:
+                raise write_error(path, exc) from exc
+        except WriteError:
+            (self.output / record["file"]).unlink(missing_ok=True)
+            raise
+        faults.hit("after-record")
 
     def forget(self, key: str) -> None:
         """Un-commit a chunk: drop its record first, so a crash in between leaves only garbage."""
         (self.done_dir / f"{key}.json").unlink(missing_ok=True)
         fsync_dir(self.done_dir)
         (self.output / part_name(key)).unlink(missing_ok=True)
+        (self.rejected_dir / part_name(key)).unlink(missing_ok=True)
 
     def sweep(self) -> list[Path]:
         """Delete data files no record vouches for, and stale temporary files; return them."""
         keep = {part_name(key) for key in self.committed()}
         garbage = [p for p in self.output.glob("part-*.parquet") if p.name not in keep]
+        garbage += [p for p in self.rejected_dir.glob("part-*.parquet") if p.name not in keep]
         garbage += list(self.tmp_dir.glob("*"))
         for path in garbage:
             path.unlink(missing_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -67,6 +68,10 @@ def main(verbose: bool) -> None:
         format="batchscore: %(message)s",
         stream=sys.stderr,
     )
+    if spec := os.environ.get("BATCHSCORE_FAULTS"):  # the fault-injection tests' hook only
+        from batchscore import faults
+
+        faults.arm(spec)
 
 
 @main.command()

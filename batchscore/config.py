@@ -47,6 +47,7 @@ class ModelConfig:
     max_length: int | None = field(default=None, metadata={"min": 1})
     threads: int | None = field(default=None, metadata={"min": 1})
     trust_remote_code: bool = False
+    allow_pickle: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ class OutputConfig:
     """Where results go and how large a unit of commit is."""
 
     path: str
-    on_error: Literal["fail"] = "fail"
+    on_error: Literal["fail", "skip"] = "fail"
+    max_bad_share: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
     chunk_rows: int = field(default=50_000, metadata={"min": 1})
 
 

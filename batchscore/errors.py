@@ -29,12 +29,14 @@ class InputDataError(BatchscoreError):
     exit_code = 3
 
 
-class RowError(InputDataError):
-    """One row cannot be scored; `row` counts from the start of the window being scored."""
+class BadRowsError(InputDataError):
+    """More rows failed than `[output].max_bad_share` allows; committed chunks are kept."""
 
-    def __init__(self, row: int, column: str, message: str) -> None:
-        self.row, self.column, self.reason = row, column, message
-        super().__init__(f"row {row}, column {column!r}: {message}")
+
+class TransientIOError(BatchscoreError):
+    """Reading input failed for a reason that may pass (I/O error, timeout): retry later."""
+
+    exit_code = 7
 
 
 class ModelError(BatchscoreError):
@@ -65,10 +67,12 @@ EXIT_CODES: dict[int, str] = {
     0: "every input row is committed",
     1: "internal error (a bug: please report it with the message)",
     JobError.exit_code: "bad command line or job file; nothing was scored",
-    InputDataError.exit_code: "an input shard could not be read; the other shards were committed",
+    InputDataError.exit_code: "an input shard could not be read, or too many rows were bad; "
+    "everything else was committed",
     ModelError.exit_code: "the model could not be found or loaded",
     OutputConflictError.exit_code: "the output folder holds work from another job or configuration",
     WriteError.exit_code: "an output chunk or checkpoint could not be written",
+    TransientIOError.exit_code: "reading input failed transiently (I/O error); run again later",
     LockHeldError.exit_code: "another run of the same job is still running",
     130: "interrupted (Ctrl-C); committed chunks are kept",
 }

@@ -94,6 +94,11 @@ class Executor:
             return tensor.pin_memory().to(self.device, non_blocking=True)
         return tensor
 
+    def release_memory(self) -> None:
+        """Return cached blocks to the device after an out-of-memory, before trying smaller."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def run(self, fn: Callable[[], T]) -> T:
         """Call the model under inference_mode and add the time to `busy_s`.
 

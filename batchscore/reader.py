@@ -6,7 +6,9 @@ needed columns, so memory is bounded by the window, never by the shard.
 
 from __future__ import annotations
 
+import errno
 import glob
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,10 +17,18 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from batchscore import faults
 from batchscore.config import InputConfig
-from batchscore.errors import InputDataError, JobError
+from batchscore.errors import BatchscoreError, InputDataError, JobError, TransientIOError
 
+log = logging.getLogger("batchscore")
 GLOB_CHARS = set("*?[")
+# Errors that say nothing about the data: retrying later may succeed. pyarrow reports corrupt
+# data as ArrowException or as an OSError without an errno, which is never retried.
+TRANSIENT = {
+    errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED,
+    errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ESTALE, errno.EINTR,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,16 @@ def expand(pattern: str) -> list[Path]:
         found = [Path(p) for p in glob.glob(pattern, recursive=True)]
         return [p for p in found if p.is_file() and not is_hidden(p, root)]
     if path.is_dir():
-        return [p for p in path.rglob("*.parquet") if p.is_file() and not is_hidden(p, path)]
+        files = [p for p in path.rglob("*") if p.is_file() and not is_hidden(p, path)]
+        others = sorted(str(p.relative_to(path)) for p in files if p.suffix != ".parquet")
+        if others:
+            log.warning(
+                "%s: ignoring %d non-Parquet file(s): %s",
+                path,
+                len(others),
+                ", ".join(others[:5]) + (" ..." if len(others) > 5 else ""),
+            )
+        return [p for p in files if p.suffix == ".parquet"]
     if path.is_file():
         return [path]
     raise JobError(f"[input].path: {pattern}: no such file or folder")
@@ -91,12 +110,19 @@ def find_shards(inp: InputConfig) -> list[Shard]:
     return shards
 
 
+def read_error(shard: Shard, what: str, exc: Exception) -> BatchscoreError:
+    """Corrupt data fails the shard; an I/O error that may pass fails the run, to retry later."""
+    if isinstance(exc, OSError) and exc.errno in TRANSIENT:
+        return TransientIOError(f"{shard.path}: {what}: {exc}; run again to retry")
+    return InputDataError(f"{shard.path}: {what}: {exc}")
+
+
 def open_shard(shard: Shard) -> pq.ParquetFile:
     """Open a shard's footer, turning a corrupt file into an error that names it."""
     try:
         return pq.ParquetFile(shard.path)
     except (OSError, pa.ArrowException) as exc:
-        raise InputDataError(f"{shard.path}: not a readable Parquet file: {exc}") from exc
+        raise read_error(shard, "not a readable Parquet file", exc) from exc
 
 
 def plan_chunks(shard: Shard, num_rows: int, chunk_rows: int) -> list[Chunk]:
@@ -190,9 +216,10 @@ def iter_batches(
     batches = pf.iter_batches(batch_size=size, row_groups=groups, columns=list(columns))
     while True:
         try:
+            faults.hit("read-window")
             batch = next(batches)
         except StopIteration:
             return
         except (OSError, pa.ArrowException) as exc:
-            raise InputDataError(f"{shard.path}: cannot decode rows: {exc}") from exc
+            raise read_error(shard, "cannot decode rows", exc) from exc
         yield batch

@@ -22,6 +22,7 @@ class RunStats:
     padded_tokens: int = 0
     batches: int = 0
     truncated: int = 0
+    bad_rows: int = 0
     chunks_committed: int = 0
     chunks_already_done: int = 0
     rows_already_done: int = 0

@@ -23,6 +23,7 @@ class ShardStatus:
     chunks: int
     rows_done: int
     rows: int
+    bad_rows: int
 
 
 def job_status(job: Job) -> dict[str, Any]:
@@ -51,13 +52,15 @@ def job_status(job: Job) -> dict[str, Any]:
             state = "done"
         else:
             state = "partial" if valid else "pending"
-        shards.append(ShardStatus(shard.path, state, len(valid), chunks, done_rows, rows))
+        bad = sum(r.get("bad_rows", 0) for r in valid)
+        shards.append(ShardStatus(shard.path, state, len(valid), chunks, done_rows, rows, bad))
     return {
         "job": job.name,
         "output": str(job.output_dir),
         "shards": [asdict(s) for s in shards],
         "rows": sum(s.rows for s in shards),
         "rows_done": sum(s.rows_done for s in shards),
+        "bad_rows": sum(s.bad_rows for s in shards),
         "complete": all(s.state == "done" for s in shards),
         "last_run": last,
     }
@@ -76,8 +79,9 @@ def format_status(status: dict[str, Any]) -> str:
         chunks = f"{s['chunks_done']}/{s['chunks']}"
         rows = f"{s['rows_done']:,}/{s['rows']:,}"
         lines.append(f"{s['state']:<8} {chunks:>9} {rows:>21}  {s['shard']}")
+    bad = f", {status['bad_rows']:,} of them with an error" if status["bad_rows"] else ""
     lines.append(
-        f"{status['rows_done']:,} of {status['rows']:,} rows committed"
+        f"{status['rows_done']:,} of {status['rows']:,} rows committed{bad}"
         + (" - complete" if status["complete"] else "")
     )
     last = status["last_run"]

@@ -32,7 +32,7 @@ def validate_job(job: Job) -> list[str]:
         facts.append(f"input: {len(shards)} shard(s), {rows:,} rows")
     try:
         path = locate(job.model)
-        check_model_files(path)
+        check_model_files(path, job.model.allow_pickle)
         facts.append(f"model: {job.model.name or job.model.path} at {path}")
     except BatchscoreError as exc:
         problems.append(str(exc))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from batchscore import faults
 from batchscore.checkpoint import part_name
 from batchscore.errors import WriteError
 from batchscore.fsio import fsync_file, publish, write_error
@@ -33,9 +34,10 @@ class ChunkWriter:
             raise write_error(self.tmp, exc) from exc
 
     def append(self, table: pa.Table) -> None:
-        """Add a window of scored rows (already in input order)."""
+        """Add a window of scored rows (already in input order and in the output schema)."""
         try:
-            self.writer.write_table(table.cast(self.schema))
+            faults.hit("write-chunk")
+            self.writer.write_table(table)
         except OSError as exc:
             self.abort()
             raise write_error(self.tmp, exc) from exc
@@ -45,16 +47,22 @@ class ChunkWriter:
         """Close, fsync, verify and rename into place; the chunk is not yet committed."""
         try:
             self.writer.close()
+            faults.hit("after-temp-write")
             fsync_file(self.tmp)
+            faults.hit("after-fsync")
             written = pq.read_metadata(self.tmp).num_rows
             if written != expected_rows:
                 raise WriteError(
                     f"{self.tmp}: holds {written} rows, expected {expected_rows}; not published"
                 )
             publish(self.tmp, self.final)
+            faults.hit("after-rename")
         except OSError as exc:
             self.abort()
             raise write_error(self.final, exc) from exc
+        except WriteError:
+            self.abort()
+            raise
         return self.final
 
     def abort(self) -> None:
@@ -62,3 +70,15 @@ class ChunkWriter:
         with contextlib.suppress(OSError):
             self.writer.close()
         self.tmp.unlink(missing_ok=True)
+
+
+def write_table(table: pa.Table, tmp_dir: Path, final: Path) -> None:
+    """Publish a small table whole (temp, fsync, rename), e.g. a chunk's rejected rows."""
+    tmp = tmp_dir / f"{final.name}.{os.getpid()}.tmp"
+    try:
+        pq.write_table(table, tmp)
+        fsync_file(tmp)
+        publish(tmp, final)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_error(final, exc) from exc

@@ -85,3 +85,11 @@ def test_every_shipped_job_validates(job: Path, tmp_path: Path, small_corpus):
     sample_corpus.write_shards(small_corpus, tmp_path / "data" / "docs", shards=4)
     result = invoke("validate", str(tmp_path / "jobs" / job.name))
     assert result.exit_code == 0, result.stderr
+
+
+def test_readme_documents_every_exit_code():
+    from batchscore.errors import EXIT_CODES
+
+    readme = (ROOT / "README.md").read_text()
+    for code in EXIT_CODES:
+        assert f"\n| {code} | " in readme, f"exit code {code} missing from the README table"

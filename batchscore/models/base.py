@@ -50,8 +50,16 @@ class Task(Protocol):
 
 
 def text_rows(table: pa.Table, column: str) -> tuple[list[str], np.ndarray, dict[int, str]]:
-    """The non-null texts of ``column``, the rows they come from, and an error per null row."""
+    """The usable texts of ``column``, the rows they come from, and an error per other row.
+
+    A null or blank text is an error rather than an empty input: scoring it would write a
+    confident-looking result for a row that holds nothing.
+    """
     values = table.column(column).to_pylist()
-    rows = [i for i, text in enumerate(values) if text is not None]
-    errors = {i: f"column {column!r}: text is null" for i, t in enumerate(values) if t is None}
+    errors = {
+        i: f"column {column!r}: text is {'null' if text is None else 'empty'}"
+        for i, text in enumerate(values)
+        if text is None or not text.strip()
+    }
+    rows = [i for i in range(len(values)) if i not in errors]
     return [values[i] for i in rows], np.asarray(rows, dtype=np.int64), errors

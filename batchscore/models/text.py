@@ -29,18 +29,20 @@ def default_max_length(path: Path, tokenizer_limit: int | None, positions: int |
 class TextEncoder:
     """Wraps a model folder's fast tokenizer with truncation fixed at `max_length`."""
 
-    def __init__(self, path: Path, max_length: int | None, trust_remote_code: bool) -> None:
+    def __init__(
+        self, path: Path, max_length: int | None, trust_remote_code: bool, positions: int | None
+    ) -> None:
+        """``positions`` is the model's position limit (``max_position_embeddings``), if any."""
         from tokenizers import Tokenizer
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoTokenizer
 
         try:
             hf = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # any failure here means: this folder has no usable tokenizer
             raise ModelError(f"{path}: cannot load a tokenizer: {exc}") from exc
         backend = getattr(hf, "backend_tokenizer", None)
         if backend is None:
             raise ModelError(f"{path}: batchscore needs a fast (tokenizers) tokenizer")
-        positions = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
         self.max_length = max_length or default_max_length(path, hf.model_max_length, positions)
         # A private copy, so truncation settings never leak into the transformers tokenizer.
         self.tokenizer = Tokenizer.from_str(backend.to_str())

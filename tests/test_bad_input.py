@@ -1,0 +1,139 @@
+"""Bad input, one kind per test: each gets a message naming shard, row and column as it applies,
+and the error policy decides what happens to the rest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from batchscore.config import load_job
+from batchscore.driver import run_job
+from batchscore.errors import BadRowsError, InputDataError, JobError
+from tests.conftest import read_output
+from tests.reliability import make_job
+
+
+@pytest.fixture
+def job(tmp_path: Path, small_corpus) -> Path:
+    return make_job(tmp_path, small_corpus.slice(0, 120))
+
+
+def shard(job: Path, n: int) -> Path:
+    return sorted((job.parent / "in").glob("*.parquet"))[n]
+
+
+def set_texts(path: Path, changes: dict[int, str | None]) -> None:
+    table = pq.read_table(path)
+    texts = table["text"].to_pylist()
+    for row, text in changes.items():
+        texts[row] = text
+    index = table.schema.get_field_index("text")
+    pq.write_table(table.set_column(index, "text", pa.array(texts, pa.string())), path)
+
+
+def test_missing_folder_or_empty_glob_is_a_job_error(job: Path):
+    with pytest.raises(JobError, match=r"/nope: no such file or folder"):
+        run_job(load_job(job, ['input.path="nope"']))
+    with pytest.raises(JobError, match=r"matches no Parquet files"):
+        run_job(load_job(job, ['input.path="in/*.csv"']))
+
+
+def test_null_and_empty_texts_fail_their_shard_under_fail(job: Path):
+    set_texts(shard(job, 1), {7: None, 9: "   "})
+    with pytest.raises(
+        InputDataError, match=r"docs-001\.parquet: row 7, column 'text': text is null"
+    ):
+        run_job(load_job(job))
+    committed = {p.stem[:5] for p in (job.parent / "out/_batchscore/done").glob("*.json")}
+    assert committed == {"00000", "00002"}
+
+
+def test_null_and_empty_texts_are_recorded_under_skip(job: Path):
+    set_texts(shard(job, 1), {7: None, 9: "   "})
+    report = run_job(load_job(job, ["output.on_error=skip"]))
+    assert report["bad_rows"] == 2 and report["outcome"] == "ok"
+    out = read_output(job.parent / "out")
+    assert out.num_rows == 120 and out.column_names[-1] == "error"
+    errors = {i: e for i, e in enumerate(out["error"].to_pylist()) if e}
+    assert errors == {47: "column 'text': text is null", 49: "column 'text': text is empty"}
+    assert out["embedding"][47].as_py() is None and out["embedding"][48].as_py() is not None
+    rejected = pq.read_table(job.parent / "out/_batchscore/rejected/part-00001-00000.parquet")
+    assert rejected.column_names == ["shard", "row", "id", "error"]
+    assert rejected["row"].to_pylist() == [7, 9]
+    assert rejected["shard"][0].as_py().endswith("docs-001.parquet")
+
+
+def test_bad_row_share_above_the_limit_fails_the_run(job: Path):
+    set_texts(shard(job, 0), {i: None for i in range(0, 15, 2)})  # 8 of the first 15 rows
+    with pytest.raises(BadRowsError, match=r"8 of 15 committed rows failed \(53\.3%\)"):
+        run_job(load_job(job, ["output.on_error=skip", "output.max_bad_share=0.2"]))
+    runs = [json.loads(p.read_text()) for p in (job.parent / "out/_batchscore/runs").glob("*")]
+    assert [r["outcome"] for r in runs] == ["failed"]
+
+
+def test_long_texts_are_truncated_and_counted(job: Path):
+    set_texts(shard(job, 0), {0: "word " * 5000})
+    report = run_job(load_job(job))
+    assert report["truncated"] >= 1
+
+
+def test_corrupt_and_truncated_files_fail_alone(job: Path):
+    data = shard(job, 0).read_bytes()
+    shard(job, 0).write_bytes(data[: len(data) // 2])
+    middle = bytearray(shard(job, 2).read_bytes())
+    middle[200:900] = b"\x41" * 700  # page data destroyed, footer intact
+    shard(job, 2).write_bytes(bytes(middle))
+    with pytest.raises(InputDataError, match=r"2 shard\(s\) failed") as info:
+        run_job(load_job(job))
+    assert "docs-000.parquet: not a readable Parquet file" in str(info.value)
+    assert "docs-002.parquet: cannot decode rows" in str(info.value)
+    assert read_output(job.parent / "out").num_rows == 40  # shard 1 committed
+    shard(job, 0).write_bytes(data)  # repaired: the next run retries it, not the corrupt one
+    with pytest.raises(InputDataError, match=r"1 shard\(s\) failed"):
+        run_job(load_job(job))
+    assert read_output(job.parent / "out").num_rows == 80
+
+
+def test_wrong_column_type_and_missing_column(job: Path):
+    table = pq.read_table(shard(job, 1))
+    pq.write_table(table.drop_columns(["text"]), shard(job, 1))
+    pq.write_table(table.set_column(2, "text", pa.array(range(40))), shard(job, 2))
+    with pytest.raises(InputDataError) as info:
+        run_job(load_job(job))
+    assert "docs-001.parquet: missing column(s) text" in str(info.value)
+    assert "docs-002.parquet: column 'text' is int64, expected a string column" in str(info.value)
+
+
+def test_zero_row_shard_commits_an_empty_part(job: Path):
+    pq.write_table(pq.read_table(shard(job, 0)).slice(0, 0), job.parent / "in/docs-003.parquet")
+    report = run_job(load_job(job))
+    assert report["outcome"] == "ok" and report["rows"] == 120
+    assert pq.read_metadata(job.parent / "out/part-00003-00000.parquet").num_rows == 0
+
+
+def test_schema_drift_between_shards(job: Path):
+    wider = pq.read_table(shard(job, 1))  # doc_id string -> large_string: same family, cast
+    pq.write_table(wider.cast(wider.schema.set(0, pa.field("doc_id", pa.large_string()))),
+                   shard(job, 1))  # fmt: skip
+    other = pq.read_table(shard(job, 2))  # doc_id string -> int64: cannot share a column
+    pq.write_table(other.set_column(0, "doc_id", pa.array(range(40))), shard(job, 2))
+    with pytest.raises(
+        InputDataError, match=r"column 'doc_id' is int64 here but string in .*docs-000"
+    ):
+        run_job(load_job(job))
+    out = read_output(job.parent / "out")
+    assert out.num_rows == 80 and out.schema.field("doc_id").type == pa.string()
+
+
+def test_non_parquet_files_in_the_folder(job: Path, caplog):
+    (job.parent / "in/README.txt").write_text("notes")
+    (job.parent / "in/_SUCCESS").write_text("")
+    (job.parent / "in/fake.parquet").write_text("id,text\n1,hello\n")
+    with pytest.raises(InputDataError, match=r"fake\.parquet: not a readable Parquet file"):
+        run_job(load_job(job))
+    assert "ignoring 1 non-Parquet file(s): README.txt" in caplog.text
+    assert read_output(job.parent / "out").num_rows == 120

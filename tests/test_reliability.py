@@ -1,0 +1,184 @@
+"""Fault injection: crashes at every step of the commit protocol, random SIGKILLs, failed
+writes, out-of-memory, and transient read errors. After each, the job completes with every row
+exactly once, in order, equal to a clean run."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from batchscore import faults
+from batchscore.config import load_job
+from batchscore.driver import run_job
+from batchscore.errors import InputDataError, TransientIOError, WriteError
+from tests.conftest import read_output
+from tests.reliability import (
+    assert_complete_and_equal,
+    assert_nothing_uncommitted_visible,
+    make_job,
+    run_cli,
+)
+
+CRASH_POINTS = ["after-temp-write", "after-fsync", "after-rename", "before-record",
+                "after-record", "model-batch"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def corpus120(small_corpus) -> pa.Table:
+    return small_corpus.slice(0, 120)
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory, corpus120) -> pa.Table:
+    """The output of an undisturbed run of the same job."""
+    job = make_job(tmp_path_factory.mktemp("clean"), corpus120)
+    run_job(load_job(job))
+    return read_output(job.parent / "out")
+
+
+@pytest.fixture
+def job(tmp_path: Path, corpus120) -> Path:
+    return make_job(tmp_path, corpus120)
+
+
+def test_fault_specs_are_checked():
+    assert faults.parse("after-rename@3:kill, model-batch:oom>100")["model-batch"].over == 100
+    with pytest.raises(ValueError, match="bad fault spec"):
+        faults.parse("after-renam:kill")
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_crash_at_each_step_then_resume(job: Path, clean, point: str):
+    crashed = run_cli(job, f"{point}@4:kill")
+    crashed.communicate(timeout=300)
+    assert crashed.returncode == -signal.SIGKILL
+    out = job.parent / "out"
+    assert_nothing_uncommitted_visible(out)
+    resumed = run_cli(job)
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err.decode()
+    assert_complete_and_equal(out, clean)
+
+
+def soak(job: Path, clean: pa.Table, kills: int, seed: int) -> None:
+    """SIGKILL the job `kills` times in a row at random moments of its work (so most kills land
+    in a resume), checking after each that nothing uncommitted is visible; then finish it."""
+    rng = random.Random(seed)
+    out = job.parent / "out"
+    done = out / "_batchscore/done"
+    landed: list[int] = []
+
+    def commits() -> int:
+        return len(list(done.glob("*.json")))
+
+    while len(landed) < kills:
+        before = commits()
+        assert before < len(clean) // 10, "the job finished before every kill landed"
+        proc = run_cli(job)
+        wanted = before + rng.choice([0, 1, 1, 2])  # commits to wait for, then a random delay
+        while proc.poll() is None and commits() < wanted:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.4))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            landed.append(commits())
+        proc.wait()
+        assert_nothing_uncommitted_visible(out)
+    final = run_cli(job)
+    _, err = final.communicate(timeout=300)
+    assert final.returncode == 0, err.decode()
+    assert_complete_and_equal(out, clean)
+    assert len(set(landed)) >= kills // 4, landed  # kills spread over the whole run
+
+
+@pytest.fixture(scope="module")
+def corpus360(small_corpus) -> pa.Table:
+    return small_corpus
+
+
+@pytest.fixture(scope="module")
+def clean360(tmp_path_factory, corpus360) -> pa.Table:
+    job = make_job(tmp_path_factory.mktemp("clean360"), corpus360, chunk_rows=10)
+    run_job(load_job(job))
+    return read_output(job.parent / "out")
+
+
+@pytest.fixture
+def job360(tmp_path: Path, corpus360) -> Path:
+    return make_job(tmp_path, corpus360, chunk_rows=10)
+
+
+def test_random_kills(job360: Path, clean360):
+    soak(job360, clean360, kills=20, seed=20261202)
+
+
+@pytest.mark.soak
+def test_random_kills_soak(tmp_path: Path, small_corpus, corpus):
+    """100 kills: a job over 1,200 texts in 10-row chunks (120 chunks)."""
+    bigger = corpus.take(list(range(0, 1200)))
+    reference = make_job(tmp_path / "clean", bigger, chunk_rows=10)
+    run_job(load_job(reference))
+    soak(make_job(tmp_path / "soak", bigger, chunk_rows=10), read_output(tmp_path / "clean/out"),
+         kills=100, seed=1)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("write-chunk@4:enospc", "the disk is full"),
+        ("write-record@2:enospc", "the disk is full"),
+        ("write-chunk@3:eacces", "permission denied"),
+        ("write-record@1:eacces", "permission denied"),
+    ],
+)
+def test_write_failure_stops_cleanly_and_next_run_completes(job: Path, clean, fault, message):
+    """Simulated: this machine cannot fill a disk or deny root a write for real."""
+    with faults.armed(fault), pytest.raises(WriteError, match=message):
+        run_job(load_job(job))
+    out = job.parent / "out"
+    assert_nothing_uncommitted_visible(out)
+    assert {p.name for p in out.glob("*.parquet")} <= {
+        f"part-{p.stem}.parquet" for p in (out / "_batchscore/done").glob("*.json")
+    }
+    report = run_job(load_job(job))
+    assert report["outcome"] == "ok"
+    assert_complete_and_equal(out, clean)
+
+
+def test_transient_read_error_fails_the_run_not_the_rows(job: Path, clean):
+    with faults.armed("read-window@5:eio"), pytest.raises(TransientIOError, match="run again"):
+        run_job(load_job(job))
+    assert run_job(load_job(job))["rows"] < 120  # what was committed is kept
+    assert_complete_and_equal(job.parent / "out", clean)
+
+
+def test_out_of_memory_splits_batches_and_loses_nothing(job: Path, clean, caplog):
+    """Simulated CUDA out-of-memory (no GPU here): any batch over 300 padded tokens fails."""
+    with faults.armed("model-batch:oom>300"):
+        report = run_job(load_job(job))
+    assert "out of memory on" in caplog.text
+    assert report["padded_tokens"] > 0
+    assert_complete_and_equal(job.parent / "out", clean)
+
+
+def test_row_too_big_even_alone_is_a_row_error(job: Path):
+    """Rows over 40 tokens 'cannot fit': with on_error = skip they are written with an error."""
+    with faults.armed("model-batch:oom>40"):
+        report = run_job(load_job(job, ["output.on_error=skip", "output.max_bad_share=1.0"]))
+    out = read_output(job.parent / "out")
+    assert out.num_rows == 120 and report["bad_rows"] > 0
+    failed = [e for e in out["error"].to_pylist() if e]
+    assert len(failed) == report["bad_rows"]
+    assert all(e == "out of memory even as a batch of one row" for e in failed)
+    nulls = out["embedding"].is_null().to_pylist()
+    assert nulls == [e is not None for e in out["error"].to_pylist()]
+
+
+def test_row_too_big_fails_its_shard_under_fail(job: Path):
+    with faults.armed("model-batch:oom>40"), pytest.raises(InputDataError, match="out of memory"):
+        run_job(load_job(job))
