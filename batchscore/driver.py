@@ -61,6 +61,9 @@ class Window:
 
 def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
     """Everything that decides the output; a change means committed chunks no longer match."""
+    columns: dict[str, Any] = {"text": job.input.text, "carried": list(job.input.carried)}
+    if job.input.features:  # only when set, so the fingerprints of text jobs stay as they were
+        columns["features"] = list(job.input.features)
     return {
         "task": job.model.task,
         "task_options": dataclasses.asdict(job.task),
@@ -68,7 +71,7 @@ def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
         "model_files": model_identity(model_path),
         "precision": job.model.precision,
         "max_length": job.model.max_length or "model default",
-        "columns": {"text": job.input.text, "carried": list(job.input.carried)},
+        "columns": columns,
         "chunk_rows": job.output.chunk_rows,
     }
 
