@@ -23,7 +23,9 @@ from batchscore.models.text import TextEncoder
 def load_classifier(path: Path, model: ModelConfig, executor: Executor) -> torch.nn.Module:
     """The model, cast and placed by the executor; refuses regression heads (one output)."""
     from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one progress bar per run: ours
     try:
         module = AutoModelForSequenceClassification.from_pretrained(
             path,

@@ -11,28 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from generate_example import train_bpe  # scripts/, on the path by tests/conftest.py
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer
 
 VOCAB = 400
 
 
 def bpe(texts: list[str], specials: list[str], template: str | None = None) -> Tokenizer:
-    """A byte-level BPE tokenizer trained on ``texts``; ``template`` adds special tokens."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer)
-    if template:
-        used = [(s, tok.token_to_id(s)) for s in specials if s in template]
-        tok.post_processor = processors.TemplateProcessing(single=template, special_tokens=used)
-    return tok
+    """A byte-level BPE tokenizer trained on ``texts`` (the toy example's own recipe)."""
+    return train_bpe(texts, specials, template, vocab=VOCAB)
 
 
 def save_tokenizer(tok: Tokenizer, folder: Path, **special: str) -> None:
