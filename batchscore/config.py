@@ -264,6 +264,10 @@ def check_task(
 ) -> None:
     """Checks between a task's own section and the others (prompt columns, features, budget)."""
     where = f"{source}: [{name}]"
+    if name in ("classify", "generate", "tensor") and not model.path:
+        problems.append(
+            f"{source}: [model].path: task {name} needs a local model; no built-in does"
+        )
     if isinstance(task, GenerateConfig | SummarizeConfig):
         problem = template_problem(task.prompt)
         if problem:

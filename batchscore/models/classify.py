@@ -21,20 +21,24 @@ from batchscore.models.text import TextEncoder
 
 
 def load_classifier(path: Path, model: ModelConfig, executor: Executor) -> torch.nn.Module:
-    """The model, cast and placed by the executor; refuses regression heads (one output)."""
+    """The model, cast and placed by the executor; refuses an untrained head or a regression one."""
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one progress bar per run: ours
     try:
-        module = AutoModelForSequenceClassification.from_pretrained(
+        module, info = AutoModelForSequenceClassification.from_pretrained(
             path,
             dtype=executor.dtype,
             use_safetensors=True,
             trust_remote_code=model.trust_remote_code,
+            output_loading_info=True,
         )
     except (OSError, ValueError) as exc:
         raise ModelError(f"{path}: cannot load a sequence-classification model: {exc}") from exc
+    if info["missing_keys"]:  # e.g. a bare encoder: transformers would add a random head
+        missing = ", ".join(sorted(info["missing_keys"])[:3])
+        raise ModelError(f"{path}: not a trained classifier; its weights lack {missing}")
     config = module.config
     if config.num_labels < 2 or config.problem_type == "regression":
         raise ModelError(f"{path}: a regression head (one output), not a classifier")

@@ -74,11 +74,18 @@ class Generator:
         self.encoder = TextEncoder(path, model.max_length, trust, reserve, not self.seq2seq)
         auto = AutoModelForSeq2SeqLM if self.seq2seq else AutoModelForCausalLM
         try:
-            module = auto.from_pretrained(
-                path, dtype=executor.dtype, use_safetensors=True, trust_remote_code=trust
+            module, info = auto.from_pretrained(
+                path,
+                dtype=executor.dtype,
+                use_safetensors=True,
+                trust_remote_code=trust,
+                output_loading_info=True,
             )
         except (OSError, ValueError) as exc:
             raise ModelError(f"{path}: cannot load the model: {exc}") from exc
+        if info["missing_keys"]:  # transformers would fill them with random weights
+            missing = ", ".join(sorted(info["missing_keys"])[:3])
+            raise ModelError(f"{path}: incomplete weights; missing {missing}")
         self.model = executor.prepare(module)
         self.executor = executor
         self.decoding = decoding

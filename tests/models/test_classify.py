@@ -11,7 +11,7 @@ import torch
 
 from batchscore.config import ClassifyConfig, InputConfig, ModelConfig, load_job
 from batchscore.driver import run_job
-from batchscore.errors import ModelError
+from batchscore.errors import JobError, ModelError
 from batchscore.executor import Executor
 from batchscore.models.classify import ClassifyTask
 from batchscore.sampler import plan_batches, restore
@@ -96,3 +96,12 @@ def test_classify_job_runs_and_resumes(tmp_path, shards, bert_path):
     again = run_job(load_job(path))
     assert again["rows"] == 0 and again["chunks_already_done"] == 9
     assert read_output(tmp_path / "out").equals(out)
+
+
+def test_a_bare_encoder_is_not_taken_for_a_classifier(minilm_path, tmp_path):
+    with pytest.raises(ModelError, match="not a trained classifier"):
+        make_task(minilm_path)  # transformers would bolt on a randomly initialised head
+    path = write_job(tmp_path / "c.toml", input={"path": "in"}, model={"task": "classify"},
+                     output={"path": "out"})  # fmt: skip
+    with pytest.raises(JobError, match=r"\[model\].path: task classify needs a local model"):
+        load_job(path)

@@ -16,7 +16,7 @@ import torch
 
 from batchscore.config import GenerateConfig, InputConfig, ModelConfig, SummarizeConfig, load_job
 from batchscore.driver import run_job
-from batchscore.errors import ModelError, OutputConflictError
+from batchscore.errors import JobError, ModelError, OutputConflictError
 from batchscore.executor import Executor
 from batchscore.models import load_task
 from batchscore.models.decode import Decoding, trim
@@ -217,3 +217,15 @@ def test_summarize_prompt_with_an_encoder_is_refused(minilm_path):
     options = dataclasses.replace(SummarizeConfig(), prompt="summarize: {text}")
     with pytest.raises(ModelError, match="reads no prompt"):
         load_task(minilm_path, model, options, InputConfig(path=()), Executor(model))
+
+
+def test_generate_keys_are_checked_when_the_job_loads(tmp_path, gpt2_path):
+    path = generate_job(tmp_path, gpt2_path, prompt="{kind} {0} {a.b}")
+    with pytest.raises(JobError, match=r"\[generate\].prompt: \{0\} is not a column field"):
+        load_job(path)
+    with pytest.raises(JobError, match="sampling with num_beams > 1 is not supported"):
+        load_job(generate_job(tmp_path, gpt2_path, do_sample=True, num_beams=2))
+    with pytest.raises(JobError, match=r"max_length \+ \[generate\].max_new_tokens \(48 \+ 6\)"):
+        load_job(generate_job(tmp_path, gpt2_path), ["batching.max_tokens=50"])
+    with pytest.raises(JobError, match=r"\[generate\].top_p: must be at most 1.0"):
+        load_job(generate_job(tmp_path, gpt2_path, top_p=1.5))
