@@ -8,10 +8,16 @@ TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 SETUP := $(VENV)/.setup-done
 DATA := data/docs/.built
+# The small models (and data) that jobs/tabular.toml, classify.toml and generate.toml run with,
+# trained here in seconds; each script's docstring says what its model is and is not.
+TABULAR := data/tabular/.built
+CLASSIFIER := models/docstring-kind/.built
+TOY_GPT := models/toy-gpt2/.built
+EXAMPLES := $(TABULAR) $(CLASSIFIER) $(TOY_GPT)
 
-.PHONY: setup score test soak bench bench-gpu lint format clean
+.PHONY: setup score test soak bench bench-generate bench-gpu lint format clean
 
-setup: $(SETUP) $(DATA)
+setup: $(SETUP) $(DATA) $(EXAMPLES)
 
 $(SETUP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +35,18 @@ $(DATA): scripts/sample_corpus.py $(SETUP)
 	$(BIN)/python scripts/sample_corpus.py data/docs --shards 8
 	touch $@
 
+$(TABULAR): scripts/tabular_example.py $(SETUP)
+	$(BIN)/python scripts/tabular_example.py data/tabular models/breast-cancer-mlp.safetensors
+	touch $@
+
+$(CLASSIFIER): scripts/classify_example.py $(DATA)
+	$(BIN)/python scripts/classify_example.py data/docs models/docstring-kind
+	touch $@
+
+$(TOY_GPT): scripts/generate_example.py $(DATA)
+	$(BIN)/python scripts/generate_example.py data/docs models/toy-gpt2
+	touch $@
+
 score: setup
 	$(BIN)/batchscore run jobs/summarize.toml
 
@@ -42,6 +60,9 @@ soak: setup
 bench: setup
 	$(BIN)/python scripts/bench.py
 
+bench-generate: setup
+	$(BIN)/python scripts/generate_bench.py
+
 lint: setup
 	$(BIN)/ruff check batchscore tests scripts
 	$(BIN)/ruff format --check batchscore tests scripts
@@ -51,4 +72,4 @@ format: setup
 	$(BIN)/ruff format batchscore tests scripts
 
 clean:
-	rm -rf out data .pytest_cache
+	rm -rf out data models .pytest_cache

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from batchscore.errors import JobError
+from batchscore.prompt import template_problem
 from batchscore.schema import build, did_you_mean, show
 
-Task = Literal["embed", "summarize"]
+Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
 Precision = Literal["fp32", "fp16", "bf16"]
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -26,6 +27,7 @@ class InputConfig:
 
     path: tuple[str, ...]
     text: str = "text"
+    features: tuple[str, ...] = ()
     id: str | None = None
     keep: tuple[str, ...] = ()
 
@@ -78,15 +80,64 @@ class EmbedConfig:
 
 
 @dataclass(frozen=True)
+class ClassifyConfig:
+    """[classify]: a sequence-classification model's label, and optionally every probability."""
+
+    all_scores: bool = False
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """[generate]: a prompt template over input columns and how to decode.
+
+    Greedy unless ``num_beams > 1`` (beam search) or ``do_sample`` (seeded sampling, where
+    ``temperature``, ``top_k`` (0: off) and ``top_p`` (1: off) shape the distribution).
+    """
+
+    prompt: str | None = None
+    max_new_tokens: int = field(default=64, metadata={"min": 1})
+    num_beams: int = field(default=1, metadata={"min": 1})
+    do_sample: bool = False
+    temperature: float = field(default=1.0, metadata={"min": 0.01})
+    top_k: int = field(default=0, metadata={"min": 0})
+    top_p: float = field(default=1.0, metadata={"min": 0.01, "max": 1.0})
+    seed: int = field(default=0, metadata={"min": 0})
+
+
+@dataclass(frozen=True)
 class SummarizeConfig:
-    """[summarize]: extractive summaries built from sentence embeddings."""
+    """[summarize]: extractive summaries built from sentence embeddings, or abstractive ones.
+
+    The first three keys drive the extractive default (an encoder such as MiniLM); ``prompt``,
+    ``max_new_tokens`` and ``num_beams`` apply when `[model].path` is a generative model.
+    """
 
     sentences: int = field(default=3, metadata={"min": 1})
     diversity: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
     max_sentences: int = field(default=256, metadata={"min": 1})
+    prompt: str | None = None
+    max_new_tokens: int = field(default=128, metadata={"min": 1})
+    num_beams: int = field(default=1, metadata={"min": 1})
 
 
-TASK_SECTIONS: dict[str, type] = {"embed": EmbedConfig, "summarize": SummarizeConfig}
+@dataclass(frozen=True)
+class TensorConfig:
+    """[tensor]: a numeric model over feature columns; `output` says how to read its rows."""
+
+    output: Literal["class", "value"]
+    format: Literal["auto", "torchscript", "export", "safetensors"] = "auto"
+    factory: str | None = None
+    factory_args: dict[str, Any] = field(default_factory=dict)
+    num_features: int | None = field(default=None, metadata={"min": 1})
+
+
+TASK_SECTIONS: dict[str, type] = {
+    "embed": EmbedConfig,
+    "classify": ClassifyConfig,
+    "generate": GenerateConfig,
+    "summarize": SummarizeConfig,
+    "tensor": TensorConfig,
+}
 SECTIONS: dict[str, type] = {
     "input": InputConfig,
     "model": ModelConfig,
@@ -197,9 +248,53 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
             f"{source}: [batching].max_tokens: {batching.max_tokens} is below "
             f"[model].max_length {model.max_length}, so one long row could never fit"
         )
+    if model and inp and batching and task:
+        check_task(model.task, task, inp, model, batching, source, problems)
     if problems:
         raise JobError(problems)
     return Job(name, source, inp, model, batching, output, task)
+
+
+def check_task(
+    name: str,
+    task: Any,
+    inp: InputConfig,
+    model: ModelConfig,
+    batching: BatchingConfig,
+    source: Path,
+    problems: list[str],
+) -> None:
+    """Checks between a task's own section and the others (prompt columns, features, budget)."""
+    where = f"{source}: [{name}]"
+    if name in ("classify", "generate", "tensor") and not model.path:
+        problems.append(
+            f"{source}: [model].path: task {name} needs a local model; no built-in does"
+        )
+    if isinstance(task, GenerateConfig | SummarizeConfig):
+        problem = template_problem(task.prompt)
+        if problem:
+            problems.append(f"{where}.prompt: {problem}")
+    if isinstance(task, GenerateConfig):
+        if task.do_sample and task.num_beams > 1:
+            problems.append(f"{where}.do_sample: sampling with num_beams > 1 is not supported")
+        if model.max_length and batching.max_tokens < model.max_length + task.max_new_tokens:
+            problems.append(
+                f"{source}: [batching].max_tokens: {batching.max_tokens} is below [model]."
+                f"max_length + [generate].max_new_tokens ({model.max_length} + "
+                f"{task.max_new_tokens}), so one long row could never fit"
+            )
+    if isinstance(task, TensorConfig):
+        if not inp.features:
+            problems.append(f"{source}: [input].features: task tensor needs its feature columns")
+        elif task.num_features and len(inp.features) > 1 and task.num_features != len(inp.features):
+            problems.append(
+                f"{where}.num_features: {task.num_features}, but [input].features names "
+                f"{len(inp.features)} columns"
+            )
+        if task.factory_args and not task.factory:
+            problems.append(f"{where}.factory_args: given without a factory")
+        if task.factory and task.format in ("torchscript", "export"):
+            problems.append(f"{where}.factory: a {task.format} file holds its own model")
 
 
 def check_model(model: ModelConfig, base: Path, source: Path, problems: list[str]) -> ModelConfig:

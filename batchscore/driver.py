@@ -65,7 +65,8 @@ def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
         "precision": job.model.precision,
         "max_length": job.model.max_length or "model default",
         "columns": {
-            "inputs": input_kinds(job.model.task, job.input, job.task),
+            # pairs, not a mapping: the order of feature columns matters
+            "inputs": list(input_kinds(job.model.task, job.input, job.task).items()),
             "carried": list(job.input.carried),
         },
         "on_error": job.output.on_error,

@@ -32,6 +32,8 @@ def describe(annotation: Any) -> str:
         return " or ".join(describe(a) for a in typing.get_args(annotation) if a is not type(None))
     if origin is tuple:
         return f"a list of {describe(typing.get_args(annotation)[0])}s"
+    if origin is dict:
+        return "a table"
     return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
         annotation, getattr(annotation, "__name__", str(annotation))
     )
@@ -65,6 +67,8 @@ def coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
             return False, value
         converted = [coerce(v, item) for v in items]
         return all(ok for ok, _ in converted), tuple(v for _, v in converted)
+    if origin is dict:  # a TOML table passed through as is (e.g. a factory's arguments)
+        return isinstance(value, dict), value
     if annotation is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return ok, float(value) if ok else value

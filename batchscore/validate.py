@@ -5,8 +5,8 @@ from __future__ import annotations
 from batchscore.config import Job
 from batchscore.errors import BatchscoreError, JobError
 from batchscore.executor import check_precision, resolve_device
-from batchscore.models import input_kinds
-from batchscore.models.locate import check_model_files, locate
+from batchscore.models import check_model, input_kinds
+from batchscore.models.locate import locate
 from batchscore.reader import check_columns, find_shards, open_shard
 
 
@@ -32,7 +32,7 @@ def validate_job(job: Job) -> list[str]:
         facts.append(f"input: {len(shards)} shard(s), {rows:,} rows")
     try:
         path = locate(job.model)
-        check_model_files(path, job.model.allow_pickle)
+        check_model(job.model.task, path, job.task, job.model.allow_pickle)
         facts.append(f"model: {job.model.name or job.model.path} at {path}")
     except BatchscoreError as exc:
         problems.append(str(exc))

@@ -18,7 +18,7 @@ from batchscore.config import EmbedConfig, InputConfig, ModelConfig
 from batchscore.errors import ModelError
 from batchscore.executor import Executor
 from batchscore.models.base import Encoded, text_rows
-from batchscore.models.locate import check_model_files, load_options
+from batchscore.models.locate import load_pretrained
 from batchscore.models.text import TextEncoder
 
 POOLING_KEYS = {
@@ -64,16 +64,9 @@ class Embedder:
 
     def __init__(self, path: Path, model: ModelConfig, executor: Executor, normalize: bool) -> None:
         from transformers import AutoModel
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()  # one progress bar per run: ours
-        check_model_files(path, model.allow_pickle)
-        try:
-            module = AutoModel.from_pretrained(path, **load_options(model, executor))
-        except Exception as exc:  # any failure here means: this folder does not load
-            raise ModelError(f"{path}: cannot load the model: {exc}") from exc
-        positions = getattr(module.config, "max_position_embeddings", None)
-        self.encoder = TextEncoder(path, model.max_length, model.trust_remote_code, positions)
+        module = load_pretrained(AutoModel, path, model, executor)
+        self.encoder = TextEncoder(path, model.max_length, model.trust_remote_code)
         self.model = executor.prepare(module)
         self.executor = executor
         self.mode = pooling_mode(path)

@@ -88,6 +88,29 @@ def load_options(model: ModelConfig, executor: Any) -> dict[str, Any]:
     }
 
 
+def load_pretrained(auto: Any, path: Path, model: ModelConfig, executor: Any,
+                    complete: bool = False) -> Any:  # fmt: skip
+    """``auto.from_pretrained(path)`` with the job's safety options and a clear error.
+
+    ``complete`` refuses weights that lack some of the model's parameters (a bare encoder given
+    to a classifier, say), which transformers would otherwise fill with random values.
+    """
+    from transformers.utils import logging as hf_logging
+
+    check_model_files(path, model.allow_pickle)
+    hf_logging.disable_progress_bar()  # one progress bar per run: ours
+    try:
+        module, info = auto.from_pretrained(
+            path, output_loading_info=True, **load_options(model, executor)
+        )
+    except Exception as exc:  # any failure here means: this folder does not load
+        raise ModelError(f"{path}: cannot load the model: {exc}") from exc
+    if complete and info["missing_keys"]:
+        missing = ", ".join(sorted(info["missing_keys"])[:3])
+        raise ModelError(f"{path}: incomplete weights for this task; they lack {missing}")
+    return module
+
+
 def model_identity(path: Path) -> str:
     """A digest of the model's files that changes when its weights, config or tokenizer change."""
     digest = hashlib.sha256()

@@ -1,5 +1,7 @@
 """The summarize task, extractive: the k most central, least redundant sentences of each document.
 
+(A generative `[model].path` makes summaries abstractive instead: see `generate.py`.)
+
 Every sentence of every document in a window is one unit for the sampler, so sentences are
 batched by length across documents. Selection is maximal marginal relevance over centrality
 (similarity to the document's mean sentence), and the chosen sentences keep their original order.
@@ -17,6 +19,7 @@ from batchscore.executor import Executor
 from batchscore.models.base import Encoded, text_rows
 from batchscore.models.embed import Embedder
 from batchscore.models.sentences import split_sentences
+from batchscore.prompt import Prompt
 
 
 def select_sentences(vectors: np.ndarray, k: int, diversity: float) -> list[int]:
@@ -43,8 +46,9 @@ class SummarizeTask:
     bucketing = True
 
     @staticmethod
-    def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
-        return {inp.text: "text"}
+    def input_kinds(inp: InputConfig, options: SummarizeConfig) -> dict[str, str]:
+        """The text column; or a generative model's prompt columns, when a prompt is set."""
+        return {c: "text" for c in Prompt(options.prompt, inp.text).columns}
 
     def __init__(
         self,

@@ -27,14 +27,23 @@ def default_max_length(path: Path, tokenizer_limit: int | None, positions: int |
 
 
 class TextEncoder:
-    """Wraps a model folder's fast tokenizer with truncation fixed at `max_length`."""
+    """Wraps a model folder's fast tokenizer with truncation fixed at `max_length`.
+
+    ``reserve`` tokens of the model's positions are kept free (for tokens a decoder generates
+    after the prompt) when the length comes from the model; ``truncate_left`` drops the start of a
+    long text rather than its end, which a decoder-only prompt needs: its end is what it continues.
+    """
 
     def __init__(
-        self, path: Path, max_length: int | None, trust_remote_code: bool, positions: int | None
+        self,
+        path: Path,
+        max_length: int | None,
+        trust_remote_code: bool,
+        reserve: int = 0,
+        truncate_left: bool = False,
     ) -> None:
-        """``positions`` is the model's position limit (``max_position_embeddings``), if any."""
         from tokenizers import Tokenizer
-        from transformers import AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         try:
             hf = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -43,11 +52,23 @@ class TextEncoder:
         backend = getattr(hf, "backend_tokenizer", None)
         if backend is None:
             raise ModelError(f"{path}: batchscore needs a fast (tokenizers) tokenizer")
-        self.max_length = max_length or default_max_length(path, hf.model_max_length, positions)
+        try:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except Exception as exc:  # a config that needs remote code the job did not allow, say
+            raise ModelError(f"{path}: cannot read the model config: {exc}") from exc
+        positions = getattr(config, "max_position_embeddings", None)
+        default = default_max_length(path, hf.model_max_length, positions) - reserve
+        self.max_length = max_length or default
+        if self.max_length < 1 or (positions and self.max_length + reserve > positions):
+            raise ModelError(
+                f"{path}: the model has {positions} positions, too few for prompts of "
+                f"{self.max_length} tokens plus {reserve} to generate; lower [model].max_length"
+            )
         # A private copy, so truncation settings never leak into the transformers tokenizer.
         self.tokenizer = Tokenizer.from_str(backend.to_str())
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(self.max_length)
+        direction = "left" if truncate_left else "right"
+        self.tokenizer.enable_truncation(self.max_length, direction=direction)
         self.pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
         self.hf = hf
 

@@ -1,0 +1,87 @@
+"""The classify task: a Hugging Face sequence-classification model's label and its probability.
+
+Probabilities are the softmax of the logits, or per-label sigmoids for a model whose config says
+``problem_type = "multi_label_classification"``; labels are the model's own ``id2label`` names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from batchscore.config import ClassifyConfig, InputConfig, ModelConfig
+from batchscore.errors import ModelError
+from batchscore.executor import Executor
+from batchscore.models.base import Encoded, text_rows
+from batchscore.models.embed import vectors_to_arrow
+from batchscore.models.locate import load_pretrained
+from batchscore.models.text import TextEncoder
+
+
+def load_classifier(path: Path, model: ModelConfig, executor: Executor) -> torch.nn.Module:
+    """The model, cast and placed by the executor; refuses an untrained head or a regression one."""
+    from transformers import AutoModelForSequenceClassification
+
+    # complete: a bare encoder would get a random head, and confident-looking random labels
+    module = load_pretrained(AutoModelForSequenceClassification, path, model, executor, True)
+    config = module.config
+    if config.num_labels < 2 or config.problem_type == "regression":
+        raise ModelError(f"{path}: a regression head (one output), not a classifier")
+    return executor.prepare(module)
+
+
+class ClassifyTask:
+    """classify: `label` (string) and `score` (float32), plus `scores` with ``all_scores``."""
+
+    bucketing = True
+
+    @staticmethod
+    def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
+        return {inp.text: "text"}
+
+    def __init__(
+        self,
+        path: Path,
+        model: ModelConfig,
+        options: ClassifyConfig,
+        inp: InputConfig,
+        executor: Executor,
+    ) -> None:
+        self.encoder = TextEncoder(path, model.max_length, model.trust_remote_code)
+        self.model = load_classifier(path, model, executor)
+        self.executor = executor
+        config = self.model.config
+        self.labels = np.array([config.id2label[i] for i in range(config.num_labels)], object)
+        self.multi_label = config.problem_type == "multi_label_classification"
+        self.all_scores = options.all_scores
+        self.inputs = (inp.text,)
+        self.columns = [pa.field("label", pa.string()), pa.field("score", pa.float32())]
+        if self.all_scores:
+            self.columns.append(pa.field("scores", pa.list_(pa.float32())))
+
+    def encode(self, table: pa.Table) -> Encoded:
+        return self.encoder.encode_rows(*text_rows(table, self.inputs[0]))
+
+    def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
+        """Probabilities [rows, labels], float32 on the host; padding is masked out."""
+        input_ids, mask = self.encoder.collate([encoded.ids[i] for i in batch])
+        logits = self.model(
+            input_ids=self.executor.tensor(input_ids),
+            attention_mask=self.executor.tensor(mask),
+        ).logits.float()
+        probs = logits.sigmoid() if self.multi_label else logits.softmax(dim=-1)
+        return probs.cpu().numpy()  # the device-to-host copy: a sync point on CUDA
+
+    def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
+        probs = results.reshape(len(encoded.rows), len(self.labels)).astype(np.float32)
+        best = probs.argmax(axis=1)
+        columns = {
+            "label": pa.array(self.labels[best], type=pa.string()),
+            "score": pa.array(probs[np.arange(len(best)), best], type=pa.float32()),
+        }
+        if self.all_scores:
+            columns["scores"] = vectors_to_arrow(probs, len(self.labels))
+        return columns

@@ -1,0 +1,118 @@
+"""How tokens are chosen: the job's decoding settings over the model's own generation config.
+
+The job decides the strategy and the length (greedy unless it asks for beams or sampling); the
+model's ``generation_config.json`` still supplies its constraints (EOS ids, forced BOS/EOS, banned
+n-grams, a beam length penalty). Sampling is done by `RowSampler`, which draws every row's tokens
+from that row's own random stream, seeded by the job's seed and the row's prompt, so a sampled
+output does not depend on which rows share its batch, window, chunk or run.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What the job asks of the decoder; see `GenerateConfig` for each key."""
+
+    max_new_tokens: int
+    num_beams: int = 1
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    @classmethod
+    def of(cls, options: Any) -> Decoding:
+        """The decoding keys of a `[generate]` or `[summarize]` section (others take defaults)."""
+        keys = cls.__dataclass_fields__
+        return cls(**{k: getattr(options, k) for k in keys if hasattr(options, k)})
+
+
+def generation_config(base: Any, decoding: Decoding, pad_id: int) -> Any:
+    """A copy of the model's GenerationConfig with the job's strategy and length in force.
+
+    Sampling runs as greedy search over `RowSampler`'s one-hot scores, so transformers' own
+    sampler (one random stream for the whole batch) is never used.
+    """
+    config = copy.deepcopy(base)
+    config.update(
+        max_new_tokens=decoding.max_new_tokens,
+        max_length=None,
+        num_beams=decoding.num_beams,
+        num_return_sequences=1,
+        do_sample=False,
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        pad_token_id=pad_id,
+        use_cache=True,
+    )
+    return config
+
+
+def eos_ids(config: Any) -> set[int]:
+    """The token ids that end a sequence, from a GenerationConfig (an int, a list, or none)."""
+    eos = config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def row_seed(seed: int, prompt: np.ndarray) -> np.random.Generator:
+    """A random stream for one row: a function of the job's seed and the row's prompt tokens."""
+    digest = hashlib.blake2b(prompt.astype(np.int64).tobytes(), digest_size=16).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+
+
+class RowSampler:
+    """A logits processor that samples each row's next token from its own random stream.
+
+    It applies temperature, top-k and top-p, draws one uniform number per row per step, inverts
+    the row's cumulative distribution at it, and returns scores that are 0 at the drawn token and
+    -inf elsewhere, so greedy search picks exactly that token.
+    """
+
+    def __init__(self, decoding: Decoding, prompts: list[np.ndarray]) -> None:
+        from transformers import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        self.streams = [row_seed(decoding.seed, p) for p in prompts]
+        self.warpers = LogitsProcessorList()
+        if decoding.temperature != 1.0:
+            self.warpers.append(TemperatureLogitsWarper(decoding.temperature))
+        if decoding.top_k:
+            self.warpers.append(TopKLogitsWarper(decoding.top_k))
+        if decoding.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(decoding.top_p))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores = self.warpers(input_ids, scores.float())
+        cdf = scores.softmax(dim=-1).cumsum(dim=-1)
+        draws = np.array([s.random() for s in self.streams], dtype=np.float32)
+        uniform = torch.from_numpy(draws).to(cdf.device).unsqueeze(1) * cdf[:, -1:]
+        tokens = torch.searchsorted(cdf, uniform, right=True).clamp(max=cdf.shape[1] - 1)
+        onehot = torch.full_like(scores, float("-inf"))
+        return onehot.scatter_(1, tokens, 0.0)
+
+
+def trim(new_tokens: np.ndarray, eos: set[int]) -> np.ndarray:
+    """Each row's generated tokens up to and including its first EOS (an object array of arrays)."""
+    out = np.empty(len(new_tokens), dtype=object)
+    is_eos = np.isin(new_tokens, list(eos)) if eos else np.zeros(new_tokens.shape, bool)
+    for i, row in enumerate(new_tokens):
+        hits = np.flatnonzero(is_eos[i])
+        out[i] = row[: hits[0] + 1] if hits.size else row
+    return out

@@ -1,0 +1,183 @@
+"""The generate task: seq2seq (T5, BART) and decoder-only (GPT-2 style) text generation.
+
+Whether a folder holds a generative model, and of which kind, is read from its config
+(``architectures``, ``is_encoder_decoder``), never from a name. Prompts are padded on the side
+the architecture needs so padding cannot change a row's output: an encoder reads right-padded
+rows under its attention mask, a decoder-only model continues left-padded rows (positions come
+from the mask), and each row's new tokens end at its first EOS. `transformers`' ``generate``
+does the decoding, with its KV cache.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from batchscore.config import GenerateConfig, InputConfig, ModelConfig
+from batchscore.errors import ModelError
+from batchscore.executor import Executor
+from batchscore.models.base import Encoded
+from batchscore.models.decode import Decoding, RowSampler, eos_ids, generation_config, trim
+from batchscore.models.locate import load_pretrained
+from batchscore.models.text import TextEncoder
+from batchscore.prompt import Prompt
+
+
+def generative_kind(config: Any) -> str | None:
+    """ "seq2seq", "decoder" or None (an encoder, a classifier, ...) for a transformers config."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
+
+    architectures = set(getattr(config, "architectures", None) or [])
+    if architectures & set(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values()):
+        return "seq2seq"
+    if architectures & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()):
+        return "seq2seq" if config.is_encoder_decoder else "decoder"
+    if not architectures and config.is_encoder_decoder:
+        return "seq2seq"
+    return None
+
+
+def is_generative(path: Path, trust_remote_code: bool = False) -> bool:
+    """Whether ``path`` is a Hugging Face folder holding a text-generation model."""
+    if not (path / "config.json").is_file():
+        return False
+    return generative_kind(read_config(path, trust_remote_code)) is not None
+
+
+def read_config(path: Path, trust_remote_code: bool) -> Any:
+    """A model folder's config; one that needs code the job did not allow is a model error."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        raise ModelError(f"{path}: cannot read config.json: {exc}") from exc
+
+
+class Generator:
+    """A loaded generative model that turns prompt id batches into new token ids."""
+
+    def __init__(
+        self, path: Path, model: ModelConfig, executor: Executor, decoding: Decoding
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+        trust = model.trust_remote_code
+        kind = generative_kind(read_config(path, trust))
+        if kind is None:
+            raise ModelError(f"{path}: not a text-generation model (see its config.json)")
+        self.seq2seq = kind == "seq2seq"
+        reserve = 0 if self.seq2seq else decoding.max_new_tokens  # decoders share positions
+        self.encoder = TextEncoder(path, model.max_length, trust, reserve, not self.seq2seq)
+        auto = AutoModelForSeq2SeqLM if self.seq2seq else AutoModelForCausalLM
+        module = load_pretrained(auto, path, model, executor, complete=True)
+        self.model = executor.prepare(module)
+        self.executor = executor
+        self.decoding = decoding
+        self.eos = eos_ids(module.generation_config)
+        pad = self.encoder.hf.pad_token_id
+        pad = pad if pad is not None else min(self.eos, default=self.encoder.pad_id)
+        self.encoder.pad_id = pad
+        self.config = generation_config(module.generation_config, decoding, pad)
+        forced = self.config.forced_eos_token_id
+        self.forced_eos = {forced} if isinstance(forced, int) else set(forced or [])
+
+    def forward(self, ids: list[np.ndarray]) -> np.ndarray:
+        """Generate for one batch; returns each row's new token ids (an object array)."""
+        input_ids, mask = self.encoder.collate(ids, left=not self.seq2seq)
+        processors = []
+        if self.decoding.do_sample:
+            from transformers import LogitsProcessorList
+
+            processors = LogitsProcessorList([RowSampler(self.decoding, ids)])
+        out = self.model.generate(
+            input_ids=self.executor.tensor(input_ids),
+            attention_mask=self.executor.tensor(mask),
+            generation_config=self.config,
+            logits_processor=processors,
+        )
+        # seq2seq output starts with the decoder's start token; a decoder's repeats the prompt
+        new = out[:, 1:] if self.seq2seq else out[:, input_ids.shape[1] :]
+        return trim(new.cpu().numpy(), self.eos)  # the device-to-host copy: a sync point
+
+    def finish_reasons(self, tokens: list[np.ndarray]) -> list[str]:
+        """ "eos" when a row chose to stop, "length" when max_new_tokens stopped it.
+
+        A model that forces EOS at the length limit (BART's ``forced_eos_token_id``) ends such
+        rows with an EOS it did not choose; those count as "length".
+        """
+        limit = self.decoding.max_new_tokens
+        reasons = []
+        for row in tokens:
+            ended = len(row) > 0 and int(row[-1]) in self.eos
+            forced = len(row) == limit and ended and int(row[-1]) in self.forced_eos
+            reasons.append("eos" if ended and not forced else "length")
+        return reasons
+
+
+class GenerateTask:
+    """generate: `generated` (string), `prompt_tokens`, `generated_tokens`, `finish_reason`."""
+
+    bucketing = True
+    column = "generated"
+
+    @staticmethod
+    def input_kinds(inp: InputConfig, options: Any) -> dict[str, str]:
+        return {c: "text" for c in Prompt(options.prompt, inp.text).columns}
+
+    def __init__(
+        self,
+        path: Path,
+        model: ModelConfig,
+        options: GenerateConfig,
+        inp: InputConfig,
+        executor: Executor,
+    ) -> None:
+        self.generator = Generator(path, model, executor, Decoding.of(options))
+        self.prompt = Prompt(options.prompt, inp.text)
+        self.inputs = self.prompt.columns
+        self.columns = [
+            pa.field(self.column, pa.string()),
+            pa.field("prompt_tokens", pa.int32()),
+            pa.field("generated_tokens", pa.int32()),
+            pa.field("finish_reason", pa.string()),
+        ]
+
+    def encode(self, table: pa.Table) -> Encoded:
+        encoded = self.generator.encoder.encode_rows(*self.prompt.render(table))
+        encoded.reserve = self.generator.decoding.max_new_tokens
+        return encoded
+
+    def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
+        return self.generator.forward([encoded.ids[i] for i in batch])
+
+    def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
+        tokens = [np.asarray(t, dtype=np.int64) for t in results]
+        hf = self.generator.encoder.hf
+        texts = hf.batch_decode([t.tolist() for t in tokens], skip_special_tokens=True)
+        return {
+            self.column: pa.array(texts, type=pa.string()),
+            "prompt_tokens": pa.array(encoded.lengths, type=pa.int32()),
+            "generated_tokens": pa.array([len(t) for t in tokens], type=pa.int32()),
+            "finish_reason": pa.array(self.generator.finish_reasons(tokens), type=pa.string()),
+        }
+
+
+class AbstractiveSummarizeTask(GenerateTask):
+    """summarize with a generative model: one `summary` (string) per row, the same contract as
+    the extractive default."""
+
+    column = "summary"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.columns = self.columns[:1]
+
+    def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
+        return {self.column: super().finish(encoded, results)[self.column]}

@@ -1,0 +1,98 @@
+"""The tensor task: numeric feature columns -> a float tensor -> any PyTorch model.
+
+Rows have no length, so there is nothing to bucket: batches are cut by `[batching].max_rows`.
+`[tensor].output` says how to read a model's output row: "class" (the argmax, an int64) or
+"value" (a regressor's single number); `scores` always carries the raw output row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from batchscore.config import InputConfig, ModelConfig, TensorConfig
+from batchscore.errors import ModelError
+from batchscore.executor import Executor
+from batchscore.models.base import Encoded
+from batchscore.models.embed import vectors_to_arrow
+from batchscore.models.factories import BUILTIN, find_factory, registered
+from batchscore.models.features import feature_matrix
+from batchscore.models.formats import check_export_archive, load_model, model_format
+
+
+def check_tensor_model(path: Path, options: TensorConfig) -> None:
+    """Check the model file's format (and factory name) without loading any weights."""
+    if not path.exists():
+        raise ModelError(f"[model].path: {path}: no such file")
+    fmt = model_format(path, options)
+    if fmt == "export":
+        check_export_archive(path)
+    known = options.factory in BUILTIN or options.factory in registered()
+    if fmt == "safetensors" and not known:
+        find_factory(options.factory)  # raises, listing the known factories
+
+
+def output_rows(out: object, value: bool) -> torch.Tensor:
+    """The model's output as [rows, k]: the first tensor of a tuple, a 1-D output as one column."""
+    if isinstance(out, tuple | list):
+        out = out[0]
+    if not isinstance(out, torch.Tensor) or out.ndim not in (1, 2):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ModelError(f"the model returned {shape}; the tensor task needs [rows] or [rows, k]")
+    out = out.unsqueeze(1) if out.ndim == 1 else out
+    if value and out.shape[1] != 1:
+        raise ModelError(
+            f'[tensor].output = "value" needs one output per row; the model gives {out.shape[1]}'
+        )
+    return out
+
+
+class TensorTask:
+    """tensor: `prediction` (int64 class or float32 value) and `scores` (list<float32>)."""
+
+    bucketing = False
+
+    @staticmethod
+    def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
+        return {c: "numeric" for c in inp.features}
+
+    def __init__(
+        self,
+        path: Path,
+        model: ModelConfig,
+        options: TensorConfig,
+        inp: InputConfig,
+        executor: Executor,
+    ) -> None:
+        self.model = load_model(path, options, executor)
+        self.executor = executor
+        self.options = options
+        self.value = options.output == "value"
+        self.inputs = tuple(inp.features)
+        kind = pa.float32() if self.value else pa.int64()
+        self.columns = [pa.field("prediction", kind), pa.field("scores", pa.list_(pa.float32()))]
+
+    def encode(self, table: pa.Table) -> Encoded:
+        matrix, rows, errors = feature_matrix(table, self.inputs, self.options.num_features)
+        n = len(rows)
+        ones = np.ones(n, dtype=np.int64)  # one "token" per row: batches are cut by max_rows
+        return Encoded(ones, np.arange(n, dtype=np.int64), rows, errors, extra={"x": matrix})
+
+    def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
+        """The raw output rows [rows, k], float32 on the host."""
+        x = self.executor.tensor(encoded.extra["x"][batch]).to(self.executor.dtype)
+        out = output_rows(self.model(x), self.value)
+        return out.float().cpu().numpy()  # the device-to-host copy: a sync point on CUDA
+
+    def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
+        n = len(encoded.rows)
+        width = results.shape[1] if results.ndim == 2 else 1
+        scores = results.reshape(n, width).astype(np.float32)
+        prediction = scores[:, 0] if self.value else scores.argmax(axis=1).astype(np.int64)
+        return {
+            "prediction": pa.array(prediction, type=self.columns[0].type),
+            "scores": vectors_to_arrow(scores, width),
+        }

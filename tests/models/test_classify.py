@@ -1,0 +1,107 @@
+"""Sequence classification with a tiny BERT: labels, probabilities, and padding-free batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from batchscore.config import ClassifyConfig, InputConfig, ModelConfig, load_job
+from batchscore.driver import run_job
+from batchscore.errors import JobError, ModelError
+from batchscore.executor import Executor
+from batchscore.models.classify import ClassifyTask
+from batchscore.sampler import plan_batches, restore
+from tests.conftest import read_output, write_job
+
+
+def make_task(path: Path, all_scores: bool = True) -> ClassifyTask:
+    model = ModelConfig(task="classify", max_length=128, threads=1)
+    options = ClassifyConfig(all_scores=all_scores)
+    return ClassifyTask(path, model, options, InputConfig(path=()), Executor(model))
+
+
+def probabilities(task: ClassifyTask, encoded, batches: list[np.ndarray]) -> np.ndarray:
+    with torch.inference_mode():
+        return restore(batches, [task.forward(encoded, b) for b in batches], np.empty(0))
+
+
+def test_batched_probabilities_equal_row_alone(bert_path, tiny_texts):
+    task = make_task(bert_path)
+    texts = tiny_texts[:60]
+    encoded = task.encode(pa.table({"text": texts}))
+    batches = plan_batches(encoded.lengths, 1024, 64)
+    assert len(batches) > 2 and encoded.lengths.max() > 4 * encoded.lengths.min()
+    batched = probabilities(task, encoded, batches)
+    alone = probabilities(task, encoded, [np.array([i]) for i in range(len(texts))])
+    assert np.abs(batched - alone).max() < 1e-5
+    one_batch = probabilities(task, encoded, [np.arange(len(texts))])  # all padded together
+    assert np.abs(one_batch - alone).max() < 1e-5
+
+
+def test_label_score_and_scores_columns(bert_path, tiny_texts):
+    task = make_task(bert_path)
+    encoded = task.encode(pa.table({"text": tiny_texts[:20]}))
+    probs = probabilities(task, encoded, [np.arange(20)])
+    columns = task.finish(encoded, probs)
+    assert [f.name for f in task.columns] == ["label", "score", "scores"]
+    labels, scores = columns["label"].to_pylist(), np.array(columns["scores"].to_pylist())
+    assert set(labels) <= {"function", "class", "module", "topic"}
+    assert len(set(labels)) > 1  # random weights, but not a constant
+    assert np.allclose(scores.sum(axis=1), 1.0, atol=1e-6)  # order = label ids
+    assert np.allclose(columns["score"].to_numpy(), scores.max(axis=1))
+    order = ["function", "class", "module", "topic"]
+    assert [order[i] for i in scores.argmax(axis=1)] == labels
+    assert columns["score"].type == pa.float32()
+
+
+def test_scores_column_is_optional(bert_path):
+    task = make_task(bert_path, all_scores=False)
+    encoded = task.encode(pa.table({"text": ["one", None]}))
+    assert encoded.errors == {1: "column 'text': text is null"}
+    columns = task.finish(encoded, probabilities(task, encoded, [np.arange(1)]))
+    assert list(columns) == ["label", "score"]
+    empty = task.finish(task.encode(pa.table({"text": pa.array([], pa.string())})), np.empty(0))
+    assert len(empty["label"]) == 0
+
+
+def test_a_regression_head_is_refused(tmp_path, minilm_path):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                        intermediate_size=8, num_labels=1)  # fmt: skip
+    BertForSequenceClassification(config).save_pretrained(tmp_path)
+    (tmp_path / "tokenizer.json").write_bytes((minilm_path / "tokenizer.json").read_bytes())
+    with pytest.raises(ModelError, match="regression"):
+        make_task(tmp_path)
+
+
+def test_classify_job_runs_and_resumes(tmp_path, shards, bert_path):
+    path = write_job(
+        tmp_path / "classify.toml",
+        input={"path": "in", "id": "doc_id", "keep": ["kind"]},
+        model={"task": "classify", "path": str(bert_path), "max_length": 64, "threads": 1},
+        batching={"max_tokens": 4096, "window_rows": 64},
+        output={"path": "out", "chunk_rows": 50},
+        classify={"all_scores": True},
+    )
+    report = run_job(load_job(path))
+    assert report["rows"] == 360 and report["chunks_committed"] == 9
+    out = read_output(tmp_path / "out")
+    assert out.column_names == ["doc_id", "kind", "label", "score", "scores"]
+    assert out.schema.field("scores").type == pa.list_(pa.float32())
+    again = run_job(load_job(path))
+    assert again["rows"] == 0 and again["chunks_already_done"] == 9
+    assert read_output(tmp_path / "out").equals(out)
+
+
+def test_a_bare_encoder_is_not_taken_for_a_classifier(minilm_path, tmp_path):
+    with pytest.raises(ModelError, match="incomplete weights for this task; they lack classifier"):
+        make_task(minilm_path)  # transformers would bolt on a randomly initialised head
+    path = write_job(tmp_path / "c.toml", input={"path": "in"}, model={"task": "classify"},
+                     output={"path": "out"})  # fmt: skip
+    with pytest.raises(JobError, match=r"\[model\].path: task classify needs a local model"):
+        load_job(path)
