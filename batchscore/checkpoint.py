@@ -54,6 +54,7 @@ class Checkpoint:
         """Make this folder the job's, refusing to mix outputs of different settings or jobs."""
         for folder in (self.done_dir, self.tmp_dir, self.runs_dir, self.rejected_dir):
             folder.mkdir(parents=True, exist_ok=True)
+        parts = json.loads(json.dumps(parts, default=str))  # compare as it will be stored
         recorded, digest = self.job(), fingerprint(parts)
         if recorded and restart:
             self.clear()
@@ -74,6 +75,15 @@ class Checkpoint:
                 "over, or point [output].path at a new folder"
             )
         write_json(self.state / "job.json", {"name": name, "fingerprint": digest, "parts": parts})
+
+    def settled(self) -> dict[str, Any] | None:
+        """What an earlier run measured and chose (precision, budget, agreement), if any."""
+        path = self.state / "settled.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def settle(self, record: dict[str, Any]) -> None:
+        """Pin measured choices, so every run of this output uses the same precision."""
+        write_json(self.state / "settled.json", record)
 
     def committed(self) -> dict[str, dict[str, Any]]:
         """Every commit record, by chunk key."""
@@ -123,5 +133,6 @@ class Checkpoint:
         """Start over: remove every record first, then every data file."""
         shutil.rmtree(self.done_dir, ignore_errors=True)
         self.done_dir.mkdir(parents=True)
+        (self.state / "settled.json").unlink(missing_ok=True)
         fsync_dir(self.state)
         self.sweep()

@@ -79,6 +79,11 @@ def main(verbose: bool) -> None:
 @SET
 @click.option("--restart", is_flag=True, help="Discard committed output and start over.")
 @click.option(
+    "--accept-quality",
+    is_flag=True,
+    help="Score even if the precision fails its [quality] gate (the report says so).",
+)
+@click.option(
     "--progress",
     type=click.Choice(["auto", "bar", "log", "off"]),
     default="auto",
@@ -86,7 +91,9 @@ def main(verbose: bool) -> None:
     help="A bar on a terminal, log lines elsewhere (auto), or nothing.",
 )
 @reports_errors
-def run(job: str, overrides: tuple[str, ...], restart: bool, progress: str) -> None:
+def run(
+    job: str, overrides: tuple[str, ...], restart: bool, accept_quality: bool, progress: str
+) -> None:
     """Score every row of JOB not yet committed, then print a summary.
 
     Example:
@@ -97,7 +104,9 @@ def run(job: str, overrides: tuple[str, ...], restart: bool, progress: str) -> N
 
     if progress == "auto":
         progress = "bar" if sys.stderr.isatty() else "log"
-    report = run_job(load(job, overrides), restart=restart, progress=progress)
+    report = run_job(
+        load(job, overrides), restart=restart, progress=progress, accept_quality=accept_quality
+    )
     click.echo(summary(report))
 
 
@@ -117,6 +126,32 @@ def validate(job: str, overrides: tuple[str, ...]) -> None:
     for fact in validate_job(loaded):
         click.echo(f"  {fact}")
     click.echo(f"{job}: ok")
+
+
+@main.command()
+@JOB
+@SET
+@reports_errors
+def check(job: str, overrides: tuple[str, ...]) -> None:
+    """Score a sample of JOB's rows in fp32 and at its precision, and report their agreement.
+
+    With precision = "auto", every precision the device supports is measured and the fastest
+    that passes the [quality] gate is named. Exits 8 when the job's precision fails the gate.
+
+    Example:
+        batchscore check jobs/embed.toml --set model.precision=bf16
+    """
+    from batchscore.errors import QualityGateError
+    from batchscore.models.locate import locate
+    from batchscore.tuning import check as check_quality
+
+    loaded = load(job, overrides)
+    decision, passed = check_quality(loaded, locate(loaded.model))
+    for line in decision.get("trials", []):
+        click.echo(f"  {line}")
+    click.echo(f"{job}: precision {decision['precision']}: {decision['why']}")
+    if not passed:
+        raise QualityGateError(f"{job}: {loaded.model.precision} fails the quality gate")
 
 
 @main.command()

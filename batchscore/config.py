@@ -17,7 +17,7 @@ from batchscore.prompt import template_problem
 from batchscore.schema import build, did_you_mean, show
 
 Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
-Precision = Literal["fp32", "fp16", "bf16"]
+Precision = Literal["fp32", "fp16", "bf16", "int8", "auto"]
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
@@ -56,7 +56,7 @@ class ModelConfig:
 class BatchingConfig:
     """How rows become batches: the token budget and the window the sampler sorts."""
 
-    max_tokens: int = field(default=16384, metadata={"min": 1})
+    max_tokens: int | Literal["auto"] = field(default=16384, metadata={"min": 1})
     max_rows: int = field(default=512, metadata={"min": 1})
     sort: bool = True
     window_rows: int = field(default=8192, metadata={"min": 1})
@@ -70,6 +70,21 @@ class OutputConfig:
     on_error: Literal["fail", "skip"] = "fail"
     max_bad_share: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
     chunk_rows: int = field(default=50_000, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """[quality]: how closely a precision other than fp32 must agree with fp32 on the job's rows.
+
+    Measured on the first ``sample_rows`` rows before the first chunk is scored (and recorded, so
+    a resumed run does not measure again); `batchscore check` measures it on demand.
+    """
+
+    sample_rows: int = field(default=256, metadata={"min": 1})
+    min_cosine: float = field(default=0.99, metadata={"min": -1.0, "max": 1.0})
+    min_agreement: float = field(default=0.99, metadata={"min": 0.0, "max": 1.0})
+    min_exact_match: float = field(default=0.9, metadata={"min": 0.0, "max": 1.0})
+    max_relative_error: float = field(default=0.01, metadata={"min": 0.0})
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,7 @@ SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "batching": BatchingConfig,
     "output": OutputConfig,
+    "quality": QualityConfig,
     **TASK_SECTIONS,
 }
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -159,6 +175,7 @@ class Job:
     batching: BatchingConfig
     output: OutputConfig
     task: Any
+    quality: QualityConfig = QualityConfig()
 
     @property
     def output_dir(self) -> Path:
@@ -233,6 +250,7 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     model = section("model")
     batching = section("batching")
     output = section("output")
+    quality = section("quality")
     task = section(model.task) if model else None
 
     if inp:
@@ -243,7 +261,8 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
         output = replace(output, path=resolve(base, output.path))
     if model:
         model = check_model(model, base, source, problems)
-    if model and batching and model.max_length and batching.max_tokens < model.max_length:
+    fixed_budget = batching and batching.max_tokens != "auto"
+    if model and fixed_budget and model.max_length and batching.max_tokens < model.max_length:
         problems.append(
             f"{source}: [batching].max_tokens: {batching.max_tokens} is below "
             f"[model].max_length {model.max_length}, so one long row could never fit"
@@ -252,7 +271,7 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
         check_task(model.task, task, inp, model, batching, source, problems)
     if problems:
         raise JobError(problems)
-    return Job(name, source, inp, model, batching, output, task)
+    return Job(name, source, inp, model, batching, output, task, quality)
 
 
 def check_task(
@@ -277,7 +296,8 @@ def check_task(
     if isinstance(task, GenerateConfig):
         if task.do_sample and task.num_beams > 1:
             problems.append(f"{where}.do_sample: sampling with num_beams > 1 is not supported")
-        if model.max_length and batching.max_tokens < model.max_length + task.max_new_tokens:
+        budget, longest = batching.max_tokens, (model.max_length or 0) + task.max_new_tokens
+        if model.max_length and budget != "auto" and budget < longest:
             problems.append(
                 f"{source}: [batching].max_tokens: {batching.max_tokens} is below [model]."
                 f"max_length + [generate].max_new_tokens ({model.max_length} + "

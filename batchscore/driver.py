@@ -27,7 +27,7 @@ from batchscore.checkpoint import Checkpoint
 from batchscore.committer import Committer, Scored
 from batchscore.config import Job
 from batchscore.errors import BatchscoreError, InputDataError, JobError
-from batchscore.executor import Executor
+from batchscore.executor import Executor, check_precision, resolve_device
 from batchscore.fsio import write_json
 from batchscore.lock import hold_lock
 from batchscore.models import Encoded, Task, input_kinds, load_task
@@ -36,8 +36,9 @@ from batchscore.pipeline import Sink, prefetch
 from batchscore.plan import plan_run
 from batchscore.reader import Chunk, find_shards, read_windows
 from batchscore.report import Progress, RunStats
-from batchscore.sampler import plan_batches
+from batchscore.sampler import first_of_each, plan_batches
 from batchscore.scoring import Budget, assemble, count, cut, run_window
+from batchscore.tuning import settle
 
 log = logging.getLogger("batchscore")
 
@@ -52,6 +53,8 @@ class Window:
     encoded: Encoded | None = None
     batches: list[np.ndarray] = field(default_factory=list)
     planned_with: int = 0  # the max_tokens the batches were cut for
+    units: np.ndarray | None = None  # the units to score: each distinct input once
+    same_as: np.ndarray | None = None  # unit -> the identical unit scored for it, if any repeat
     error: BatchscoreError | None = None
 
 
@@ -74,16 +77,29 @@ def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
     }
 
 
-def plan(job: Job, encoded: Encoded, max_tokens: int, bucketing: bool) -> list[np.ndarray]:
-    """Cut a window into batches; a row longer than the budget is a job error, said plainly."""
-    sizes = encoded.lengths + encoded.reserve
+def plan(
+    job: Job, encoded: Encoded, units: np.ndarray, max_tokens: int, bucketing: bool
+) -> list[np.ndarray]:
+    """Cut a window's units into batches; a row longer than the budget is a job error."""
+    sizes = (encoded.lengths + encoded.reserve)[units]
     if sizes.size and sizes.max() > max_tokens:
         raise JobError(
             f"[batching].max_tokens = {max_tokens} cannot hold a row of {sizes.max()} tokens; "
             "raise it, or lower [model].max_length"
         )
     b = job.batching
-    return plan_batches(sizes, max_tokens, b.max_rows, b.sort and bucketing)
+    return [units[i] for i in plan_batches(sizes, max_tokens, b.max_rows, b.sort and bucketing)]
+
+
+def distinct(encoded: Encoded) -> tuple[np.ndarray, np.ndarray | None]:
+    """The units worth scoring: identical token ids are scored once, since every task's result
+    depends on its input alone (seeded sampling seeds each row from its prompt). Returns them,
+    and unit -> its scored twin when any repeat."""
+    units = np.arange(len(encoded.lengths))
+    if encoded.ids is None:
+        return units, None
+    first, same_as = first_of_each([ids.tobytes() for ids in encoded.ids])
+    return (first, same_as) if len(first) < len(units) else (units, None)
 
 
 def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
@@ -101,8 +117,9 @@ def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
                 if encoded.errors and job.output.on_error == "fail":
                     row, message = min(encoded.errors.items())
                     raise InputDataError(f"{chunk.shard.path}: row {offset + row}, {message}")
-                batches = plan(job, encoded, max_tokens, task.bucketing)
-                yield Window(chunk, offset, table, encoded, batches, max_tokens)
+                units, same_as = distinct(encoded)
+                batches = plan(job, encoded, units, max_tokens, task.bucketing)
+                yield Window(chunk, offset, table, encoded, batches, max_tokens, units, same_as)
                 offset += table.num_rows
         except InputDataError as exc:
             failed.add(chunk.shard.index)
@@ -125,11 +142,10 @@ class Scorer:
         max_tokens = self.budget.for_shard(chunk.shard.index)
         batches = window.batches
         if max_tokens < window.planned_with:  # an earlier out-of-memory shrank the budget
-            units = np.arange(len(encoded.lengths))
             sizes = encoded.lengths + encoded.reserve
             sort = self.job.batching.sort and self.task.bucketing
-            batches = cut(sizes, units, max_tokens, self.job.batching.max_rows, sort)
-        per_unit = rows / max(len(encoded.lengths), 1)
+            batches = cut(sizes, window.units, max_tokens, self.job.batching.max_rows, sort)
+        per_unit = rows / max(len(window.units), 1)
         outcome = run_window(
             encoded,
             batches,
@@ -139,6 +155,7 @@ class Scorer:
             self.job.batching,
             self.progress,
             per_unit,
+            window.same_as,
         )
         if not len(encoded.lengths):
             self.progress.advance(rows, 0)
@@ -157,7 +174,7 @@ class Scorer:
             errors,
             self.skip,
         )
-        count(self.stats, encoded, outcome.batches, rows)
+        count(self.stats, encoded, outcome.batches, rows, len(window.units))
         return Scored(chunk, table, self.rejected(window, errors))
 
     def rejected(self, window: Window, errors: dict[int, str]) -> pa.Table | None:
@@ -183,38 +200,43 @@ def output_schema(job: Job, carried: pa.Schema, task: Task) -> pa.Schema:
     return pa.schema(fields)
 
 
-def run_job(job: Job, restart: bool = False, progress: str = "off") -> dict[str, Any]:
+def run_job(
+    job: Job, restart: bool = False, progress: str = "off", accept_quality: bool = False
+) -> dict[str, Any]:
     """Score every row of the job not yet committed; return the run report.
 
     Raises `LockHeldError` when another run holds the job, `OutputConflictError` when the output
-    was made with other settings, and `InputDataError` (after committing every other shard)
-    when some shard could not be read. The run report is written whatever happens.
+    was made with other settings, `QualityGateError` when the precision fails its gate (unless
+    ``accept_quality``), and `InputDataError` (after committing every other shard) when some
+    shard could not be read. The run report is written whatever happens.
     """
     ckpt = Checkpoint(job.output_dir)
     with hold_lock(ckpt.lock_path, job.name):
         start, stats = time.perf_counter(), RunStats()
-        executor = Executor(job.model)
+        device = resolve_device(job.model.device)
+        check_precision(job.model, device)
         model_path = locate(job.model)
         ckpt.claim(job.name, fingerprint_parts(job, model_path), restart)
+        context: dict[str, Any] = {"device": str(device), "precision": job.model.precision}
         failures: list[dict[str, str]] = []
         outcome = "failed"
         try:
-            failures = score_pending(job, ckpt, executor, model_path, stats, progress)
+            failures = score_pending(
+                job, ckpt, model_path, stats, progress, accept_quality, context
+            )
             outcome = "ok" if not failures else "shards failed"
         except KeyboardInterrupt:
             outcome = "interrupted"
             raise
         finally:
-            stats.model_busy_s = executor.busy_s
             stats.wall_s = time.perf_counter() - start
             report = stats.report(
                 job=job.name,
                 outcome=outcome,
                 output=str(job.output_dir),
-                device=str(executor.device),
-                precision=executor.precision,
                 failed_shards=failures,
                 version=__version__,
+                **context,
             )
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(stats.started))
             write_json(ckpt.runs_dir / f"{stamp}-{os.getpid()}.json", report)
@@ -230,12 +252,17 @@ def run_job(job: Job, restart: bool = False, progress: str = "off") -> dict[str,
 def score_pending(
     job: Job,
     ckpt: Checkpoint,
-    executor: Executor,
     model_path: Path,
     stats: RunStats,
     progress: str,
+    accept_quality: bool,
+    context: dict[str, Any],
 ) -> list[dict[str, str]]:
-    """Plan, then stream every pending chunk through the stages; return the failed shards."""
+    """Plan, then stream every pending chunk through the stages; return the failed shards.
+
+    ``context`` receives what the run report should say about the model: the precision in
+    force and the measured decisions behind it.
+    """
     for garbage in ckpt.sweep():
         log.info("removed %s, left by an interrupted run", garbage.name)
     kinds = input_kinds(job.model.task, job.input, job.task)
@@ -243,8 +270,20 @@ def score_pending(
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
     if not todo.chunks:
         return todo.failures
+    tuning = time.perf_counter()
+    recorded = ckpt.settled()
+    job, decision, trial = settle(job, model_path, recorded, accept_quality)
+    if decision:
+        ckpt.settle(decision)
+    stats.tuning_s = time.perf_counter() - tuning
+    context.update(precision=job.model.precision, settled=decision or recorded)
     loaded = time.perf_counter()
-    task = load_task(model_path, job.model, job.task, job.input, executor)
+    if trial is not None:  # the model the decision was measured with is ready: reuse it
+        task, executor = trial.task, trial.executor
+        executor.busy_s = 0.0
+    else:
+        executor = Executor(job.model)
+        task = load_task(model_path, job.model, job.task, job.input, executor)
     stats.load_s = time.perf_counter() - loaded
     committer = Committer(job.output, ckpt, output_schema(job, todo.carried, task), stats)
     bar = Progress(sum(c.rows for c in todo.chunks), progress)
@@ -258,6 +297,7 @@ def score_pending(
                 sink.put(scorer(window))
     finally:
         bar.close()
+        stats.model_busy_s = executor.busy_s
         try:
             sink.close()
         finally:

@@ -61,7 +61,7 @@ def fast_precisions(device: torch.device) -> list[str]:
 def check_precision(model: ModelConfig, device: torch.device) -> None:
     """Refuse a precision the device cannot run well, listing the ones it can."""
     fast = fast_precisions(device)
-    if model.precision not in fast:
+    if model.precision not in [*fast, "auto"]:
         raise JobError(
             f'[model].precision: "{model.precision}" has no native support on {device} here '
             f"and would run slower than fp32; use one of {', '.join(fast)}"

@@ -18,7 +18,9 @@ class RunStats:
 
     rows: int = 0
     units: int = 0
+    duplicates: int = 0
     tokens: int = 0
+    computed_tokens: int = 0
     padded_tokens: int = 0
     batches: int = 0
     truncated: int = 0
@@ -27,6 +29,7 @@ class RunStats:
     chunks_already_done: int = 0
     rows_already_done: int = 0
     load_s: float = 0.0
+    tuning_s: float = 0.0
     model_busy_s: float = 0.0
     started: float = field(default_factory=time.time)
     wall_s: float = 0.0
@@ -36,7 +39,7 @@ class RunStats:
         wall = max(self.wall_s, 1e-9)
         return {
             **asdict(self),
-            "padding_efficiency": round(self.tokens / self.padded_tokens, 4)
+            "padding_efficiency": round(self.computed_tokens / self.padded_tokens, 4)
             if self.padded_tokens
             else 1.0,
             "rows_per_s": round(self.rows / wall, 2),
@@ -55,7 +58,8 @@ def summary(report: dict[str, Any]) -> str:
             f"{report['tokens_per_s']:,.0f} tokens/s)",
             f"  tokens: {report['tokens']:,} real, {report['padded_tokens']:,} padded "
             f"(padding efficiency {report['padding_efficiency']:.3f}) in {report['batches']:,} "
-            f"batches; {report['truncated']:,} inputs truncated",
+            f"batches; {report['truncated']:,} inputs truncated, "
+            f"{report['duplicates']:,} repeats scored once",
             f"  model busy {report['model_busy_share']:.1%} of wall time; model load "
             f"{report['load_s']:.1f} s; {report['device']}, {report['precision']}",
             f"  chunks: {report['chunks_committed']} committed now, "

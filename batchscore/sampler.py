@@ -72,14 +72,31 @@ def sequential_batches(lengths: np.ndarray, max_tokens: int, max_rows: int) -> l
     return batches
 
 
-def restore(batches: list[np.ndarray], outputs: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
-    """Put per-batch outputs back in input order: row ``batches[b][i]`` gets ``outputs[b][i]``."""
+def restore(
+    batches: list[np.ndarray], outputs: list[np.ndarray], empty: np.ndarray, size: int | None = None
+) -> np.ndarray:
+    """Put per-batch outputs back in input order: row ``batches[b][i]`` gets ``outputs[b][i]``.
+
+    ``size`` makes room for rows no batch covered (left unset, for the caller to fill).
+    """
     if not batches:
         return empty
-    order = np.concatenate(batches)
-    result = np.empty_like(np.concatenate(outputs))
-    result[order] = np.concatenate(outputs)
+    order, flat = np.concatenate(batches), np.concatenate(outputs)
+    result = np.empty((size or len(flat), *flat.shape[1:]), dtype=flat.dtype)
+    result[order] = flat
     return result
+
+
+def first_of_each(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """De-duplicate: the first index of each distinct key, and for every index that first index.
+
+    Identical inputs (the same token ids) are scored once and their result copied.
+    """
+    first: dict[bytes, int] = {}
+    same_as = np.fromiter(
+        (first.setdefault(k, i) for i, k in enumerate(keys)), dtype=np.int64, count=len(keys)
+    )
+    return np.flatnonzero(same_as == np.arange(len(keys))), same_as
 
 
 def padded_tokens(lengths: np.ndarray, batches: list[np.ndarray]) -> int:

@@ -95,6 +95,8 @@ def build(cls: type, table: dict[str, Any], where: str, problems: list[str], **e
             continue
         ok, converted = coerce(value, hints[key])
         low, high = fields[key].metadata.get("min"), fields[key].metadata.get("max")
+        if not isinstance(converted, int | float) or isinstance(converted, bool):
+            low = high = None  # bounds apply to numbers, not to a choice such as "auto"
         if ok and low is not None and converted < low:
             problems.append(f"{where}.{key}: must be at least {low}, got {show(value)}")
             failed = True

@@ -73,8 +73,13 @@ def run_window(
     batching: BatchingConfig,
     progress: Progress,
     rows_per_unit: float,
+    same_as: np.ndarray | None = None,
 ) -> Outcome:
-    """Run every batch; on out-of-memory, re-plan what is left under a smaller budget."""
+    """Run every batch; on out-of-memory, re-plan what is left under a smaller budget.
+
+    With ``same_as`` (unit -> the identical unit that is scored for it), batches cover only
+    the distinct units and each duplicate gets its twin's result (and its twin's failure).
+    """
     sizes = encoded.lengths + encoded.reserve
     queue, done, outputs, failed = list(batches), [], [], []
     while queue:
@@ -104,6 +109,9 @@ def run_window(
             if queue:
                 queue = cut(sizes, np.concatenate(queue), budget.max_tokens, batching.max_rows)
             queue[:0] = [batch[:half], batch[half:]]
+    units = len(encoded.lengths)
+    if same_as is not None and failed:  # a duplicate of a row that failed fails too
+        failed = np.flatnonzero(np.isin(same_as, failed)).tolist()
     errors = {
         int(encoded.rows[encoded.owners[u]]): "out of memory even as a batch of one row"
         for u in failed
@@ -116,7 +124,10 @@ def run_window(
         outputs.append(np.repeat(outputs[0][:1], len(failed), axis=0))
         done.append(np.asarray(failed))
     empty = np.empty((0,), dtype=np.float32)
-    return Outcome(restore(done, outputs, empty), errors, ran)
+    results = restore(done, outputs, empty, size=units)
+    if same_as is not None and len(results):
+        results = results[same_as]
+    return Outcome(results, errors, ran)
 
 
 def assemble(
@@ -148,11 +159,20 @@ def assemble(
     return out
 
 
-def count(stats: RunStats, encoded: Encoded, batches: list[np.ndarray], rows: int) -> None:
-    """Add a scored window to the run's counters."""
+def count(
+    stats: RunStats, encoded: Encoded, batches: list[np.ndarray], rows: int, distinct: int
+) -> None:
+    """Add a scored window to the run's counters.
+
+    ``tokens`` counts every unit's tokens (the work delivered); ``computed_tokens`` and
+    ``padded_tokens`` only the units the model ran, so repeats skipped are not padding.
+    """
+    ran = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
     stats.rows += rows
     stats.units += len(encoded.lengths)
+    stats.duplicates += len(encoded.lengths) - distinct
     stats.tokens += int(encoded.lengths.sum())
+    stats.computed_tokens += int(encoded.lengths[ran].sum())
     stats.padded_tokens += padded_tokens(encoded.lengths, batches)
     stats.batches += len(batches)
     stats.truncated += encoded.truncated

@@ -20,7 +20,7 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["validate"], ["status"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["validate"], ["status"], ["check"]])
 def test_every_command_has_help_with_an_example(command):
     result = invoke(*command, "--help")
     assert result.exit_code == 0

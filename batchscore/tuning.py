@@ -1,0 +1,215 @@
+"""What a job leaves to measurement, decided once per output folder before anything is scored.
+
+- The quality gate: a precision other than fp32 scores the job's first rows next to fp32 and is
+  refused when the two agree less than `[quality]` demands (see `batchscore.quality`).
+- ``precision = "auto"``: every precision the device runs natively is timed on those rows, and
+  the fastest one that passes the gate is chosen.
+- ``max_tokens = "auto"``: batch budgets are timed on those rows (with the chosen precision),
+  and the fastest that fits in memory is chosen.
+
+The decision is recorded in the output folder, so a resumed run reuses it and one output never
+mixes precisions; the run report carries it, reasons included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from batchscore.config import Job
+from batchscore.errors import QualityGateError
+from batchscore.executor import Executor, fast_precisions, resolve_device
+from batchscore.models import Task, input_kinds, load_task
+from batchscore.quality import Agreement, measure
+from batchscore.reader import find_shards, iter_batches, open_shard
+from batchscore.sampler import restore
+from batchscore.scoring import cut, is_out_of_memory
+
+log = logging.getLogger("batchscore")
+TRIAL_BUDGET = 8192  # budget for timing precisions when max_tokens is itself "auto"
+BUDGETS = {"cpu": (2048, 4096, 8192, 16384), "cuda": (8192, 16384, 32768, 65536, 131072)}
+
+
+@dataclass
+class Trial:
+    """One precision scored on the sample: its results, speed and agreement with fp32."""
+
+    precision: str
+    columns: dict[str, pa.Array]
+    seconds: float
+    rows: int
+    task: Task | None
+    executor: Executor | None
+    agreement: Agreement | None = None
+
+    def unload(self) -> None:
+        """Let go of the model (its results and timing stay)."""
+        self.task = self.executor = None
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / max(self.seconds, 1e-9)
+
+    def describe(self) -> str:
+        quality = f", {self.agreement.describe()}" if self.agreement else ""
+        return f"{self.precision}: {self.rows_per_s:,.1f} rows/s{quality}"
+
+
+def sample_rows(job: Job, rows: int) -> pa.Table:
+    """The job's first ``rows`` input rows (only the columns it reads), across shards in order."""
+    columns = list(
+        dict.fromkeys([*job.input.carried, *input_kinds(job.model.task, job.input, job.task)])
+    )
+    parts, count = [], 0
+    for shard in find_shards(job.input):
+        pf = open_shard(shard)
+        groups = list(range(pf.metadata.num_row_groups))
+        for batch in iter_batches(pf, shard, groups, tuple(columns), rows):
+            parts.append(batch.slice(0, rows - count))
+            count += parts[-1].num_rows
+            if count >= rows:
+                return pa.Table.from_batches(parts)
+    return pa.Table.from_batches(parts) if parts else pa.table({c: [] for c in columns})
+
+
+def trial(job: Job, model_path: Path, precision: str, table: pa.Table, max_tokens: int) -> Trial:
+    """Load the model at ``precision``, score ``table`` twice, time the second (warm) pass."""
+    model = dataclasses.replace(job.model, precision=precision)
+    executor = Executor(model)
+    task = load_task(model_path, model, job.task, job.input, executor)
+    encoded = task.encode(table)
+    sizes = encoded.lengths + encoded.reserve
+    units = np.arange(len(sizes))
+    batches = cut(sizes, units, max_tokens, job.batching.max_rows, task.bucketing)
+    outputs = [executor.run(lambda b=b: task.forward(encoded, b)) for b in batches]  # warms up
+    before = executor.busy_s
+    for b in batches:
+        executor.run(lambda b=b: task.forward(encoded, b))
+    results = restore(batches, outputs, np.empty((0,), dtype=np.float32))
+    columns = task.finish(encoded, results) if batches else {}
+    return Trial(precision, columns, executor.busy_s - before, len(encoded.rows), task, executor)
+
+
+def choose_precision(
+    job: Job, model_path: Path, table: pa.Table, budget: int, accept: bool
+) -> tuple[Trial, dict[str, Any]]:
+    """Gate the job's precision (or, for "auto", pick the fastest that passes); say why.
+
+    At most two models are loaded at a time: the best so far and the one being measured.
+    """
+    reference = trial(job, model_path, "fp32", table, budget)
+    wanted = job.model.precision
+    if wanted == "fp32":
+        return reference, {"precision": "fp32", "why": "fp32 is the reference"}
+    device = resolve_device(job.model.device)
+    auto = wanted == "auto"
+    candidates = [p for p in fast_precisions(device) if p != "fp32"] if auto else [wanted]
+    best, measured = reference, [reference.describe()]
+    for precision in candidates:
+        candidate = trial(job, model_path, precision, table, budget)
+        candidate.agreement = measure(reference.columns, candidate.columns, job.quality)
+        measured.append(candidate.describe())
+        log.info("quality gate: %s", candidate.describe())
+        if not auto or (candidate.agreement.passed and candidate.rows_per_s > best.rows_per_s):
+            best.unload()
+            best = candidate
+        else:
+            candidate.unload()
+    record: dict[str, Any] = {"trials": measured, "sample_rows": table.num_rows}
+    if auto:
+        why = "the fastest that passes the quality gate, of: " + "; ".join(measured)
+    elif best.agreement.passed:
+        why = f"{wanted} passes the quality gate: {best.agreement.describe()}"
+    elif accept:
+        why = f"{wanted} FAILS the quality gate, accepted: {best.agreement.describe()}"
+    else:
+        raise QualityGateError(
+            f"[model].precision = {wanted!r} fails the quality gate on the first "
+            f"{table.num_rows} rows: {best.agreement.describe()}. Use another precision, "
+            "relax [quality], or pass --accept-quality to score anyway"
+        )
+    agreement = best.agreement.metrics if best.agreement else None
+    return best, {**record, "precision": best.precision, "agreement": agreement, "why": why}
+
+
+def choose_budget(job: Job, chosen: Trial, table: pa.Table) -> dict[str, Any]:
+    """Time each candidate budget on the sample's rows (repeated to fill it); keep the fastest."""
+    task, executor = chosen.task, chosen.executor
+    encoded = task.encode(table)
+    sizes = encoded.lengths + encoded.reserve
+    if not len(sizes):
+        return {"max_tokens": TRIAL_BUDGET, "why": "no rows to measure; default budget"}
+    budgets = [b for b in BUDGETS[executor.device.type] if b >= sizes.max()]
+    speeds: dict[int, float] = {}
+    for budget in budgets:
+        copies = int(np.ceil(2 * budget / sizes.sum()))
+        units = np.tile(np.arange(len(sizes)), copies)
+        batches = cut(sizes, units, budget, job.batching.max_rows, task.bucketing)
+        try:
+            executor.run(lambda b=batches[0]: task.forward(encoded, b))  # warm-up, and OOM probe
+            start = time.perf_counter()
+            tokens = 0
+            for b in batches:
+                executor.run(lambda b=b: task.forward(encoded, b))
+                tokens += int(encoded.lengths[b].sum())
+                if tokens >= budget:
+                    break
+            speeds[budget] = tokens / (time.perf_counter() - start)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            executor.release_memory()
+            break  # larger budgets will not fit either
+    best = max(speeds.values())
+    choice = min(b for b, s in speeds.items() if s >= 0.98 * best)  # near-ties: less memory
+    shown = ", ".join(f"{b}: {s:,.0f} tokens/s" for b, s in speeds.items())
+    return {"max_tokens": choice, "why": f"fastest that fits ({shown})"}
+
+
+def settle(
+    job: Job, model_path: Path, recorded: dict[str, Any] | None, accept: bool = False
+) -> tuple[Job, dict[str, Any] | None, Trial | None]:
+    """The job with "auto" settings made concrete and its precision gated.
+
+    ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete job,
+    the new decision to record and the trial whose loaded model the run can reuse (both None
+    when there was nothing to decide).
+    """
+    if recorded:
+        return concrete(job, recorded), None, None
+    needs_budget = job.batching.max_tokens == "auto"
+    if job.model.precision == "fp32" and not needs_budget:
+        return job, None, None
+    table = sample_rows(job, job.quality.sample_rows)
+    budget = TRIAL_BUDGET if needs_budget else job.batching.max_tokens
+    chosen, decision = choose_precision(job, model_path, table, budget, accept)
+    decision = {"precision": decision}
+    if needs_budget:
+        decision["batching"] = choose_budget(job, chosen, table)
+        log.info("max_tokens = auto: %s", decision["batching"]["why"])
+    log.info("precision %s: %s", chosen.precision, decision["precision"]["why"])
+    return concrete(job, decision), decision, chosen
+
+
+def concrete(job: Job, decision: dict[str, Any]) -> Job:
+    """Apply a decision's precision and budget to the job."""
+    model = dataclasses.replace(job.model, precision=decision["precision"]["precision"])
+    batching = job.batching
+    if "batching" in decision:
+        batching = dataclasses.replace(batching, max_tokens=decision["batching"]["max_tokens"])
+    return dataclasses.replace(job, model=model, batching=batching)
+
+
+def check(job: Job, model_path: Path) -> tuple[dict[str, Any], bool]:
+    """`batchscore check`: measure the gate on the job's rows without recording or scoring."""
+    table = sample_rows(job, job.quality.sample_rows)
+    budget = TRIAL_BUDGET if job.batching.max_tokens == "auto" else job.batching.max_tokens
+    chosen, decision = choose_precision(job, model_path, table, budget, accept=True)
+    return decision, chosen.agreement is None or chosen.agreement.passed
