@@ -63,6 +63,11 @@ bench: setup
 bench-generate: setup
 	$(BIN)/python scripts/generate_bench.py
 
+# On a CUDA machine: the GPU tests, then every precision side by side (a few minutes)
+bench-gpu: setup
+	$(BIN)/python -m pytest -m gpu -q
+	$(BIN)/python scripts/bench_gpu.py
+
 lint: setup
 	$(BIN)/ruff check batchscore tests scripts
 	$(BIN)/ruff format --check batchscore tests scripts

@@ -48,3 +48,22 @@ def test_cuda_precisions_run(precision):
 
     x = executor.tensor(np.ones((3, 4), dtype=np.float32)).to(executor.dtype)
     assert executor.run(lambda: module(x).float().cpu().numpy()).shape == (3, 2)
+
+
+@pytest.mark.gpu
+def test_cuda_embeddings_match_cpu(embed_job, tmp_path):
+    """The same job on the GPU in fp16 agrees with the CPU's fp32 output."""
+    import numpy as np
+
+    from batchscore.config import load_job
+    from batchscore.driver import run_job
+    from tests.conftest import read_output
+
+    cpu = read_output(tmp_path / run_job(load_job(embed_job))["output"])
+    gpu_job = load_job(
+        embed_job, ["model.device=cuda", "model.precision=fp16", 'output.path="gpu"']
+    )
+    gpu = read_output(tmp_path / run_job(gpu_job)["output"])
+    a = np.array(cpu["embedding"].to_pylist())
+    b = np.array(gpu["embedding"].to_pylist())
+    assert (a * b).sum(axis=1).min() >= 0.999
