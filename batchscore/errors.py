@@ -57,6 +57,12 @@ class WriteError(BatchscoreError):
     exit_code = 6
 
 
+class EngineError(BatchscoreError):
+    """The Ray cluster could not be reached, or its model actors kept dying."""
+
+    exit_code = 8
+
+
 class LockHeldError(BatchscoreError):
     """Another run of the same job holds the output folder's lock (EX_TEMPFAIL: try again later)."""
 
@@ -73,6 +79,7 @@ EXIT_CODES: dict[int, str] = {
     OutputConflictError.exit_code: "the output folder holds work from another job or configuration",
     WriteError.exit_code: "an output chunk or checkpoint could not be written",
     TransientIOError.exit_code: "reading input failed transiently (I/O error); run again later",
+    EngineError.exit_code: "the Ray cluster could not be reached, or its model actors kept dying",
     LockHeldError.exit_code: "another run of the same job is still running",
     130: "interrupted (Ctrl-C); committed chunks are kept",
 }
