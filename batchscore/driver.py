@@ -229,7 +229,7 @@ def run_job(
     the Prometheus metrics in ``metrics_file`` when one is given.
     """
     ckpt = Checkpoint(job.output.path)
-    with hold_lock(ckpt.lock_path, job.name):
+    with hold_lock(ckpt.lock_path, job.name, ckpt.output):
         start, stats = time.perf_counter(), RunStats()
         failures: list[dict[str, str]] = []
         outcome, report, engine = "failed", None, None
@@ -240,6 +240,9 @@ def run_job(
             try:
                 failures = score_pending(job, ckpt, engine, model_path, stats, progress)
                 outcome = "ok" if not failures else "shards failed"
+            except KeyboardInterrupt:
+                outcome = "interrupted"
+                raise
             finally:
                 engine.close()
                 stats.model_busy_s = engine.busy_s

@@ -52,7 +52,9 @@ def render(report: dict[str, Any], success_at: float | None) -> str:
     lines: list[str] = []
 
     def sample(name: str, kind: str, text: str, value: float) -> None:
-        lines.extend([f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{job} {value:g}"])
+        lines.extend(
+            [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{job} {float(value)!r}"]
+        )
 
     for name, (kind, text, key) in METRICS.items():
         sample(name, kind, text, float(report.get(key, 0) or 0))

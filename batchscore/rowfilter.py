@@ -46,7 +46,7 @@ class RowFilter:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return tuple(parse(self.where).meta.root_names())
+        return tuple(dict.fromkeys(parse(self.where).meta.root_names()))
 
     def check(self, schema: pa.Schema) -> str | None:
         """What is wrong with the predicate over a shard of this schema; None when nothing."""

@@ -59,7 +59,7 @@ def job_status(job: Job) -> dict[str, Any]:
         )
     return {
         "job": job.name,
-        "output": str(job.output_dir),
+        "output": job.output.path,
         "shards": [asdict(s) for s in shards],
         "rows": sum(s.rows for s in shards),
         "rows_done": sum(s.rows_done for s in shards),

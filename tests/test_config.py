@@ -121,3 +121,21 @@ def test_each_stage_gets_its_own_section(tmp_path: Path):
 def test_every_shipped_job_loads(path: Path):
     job = load_job(path)
     assert job.output.path and job.input.path
+
+
+def test_engine_ray_section_and_where(tmp_path: Path):
+    job = load_job(minimal(tmp_path), ['engine="ray"', 'ray.address="auto"', "ray.num_gpus=1"])
+    assert job.engine == "ray" and job.ray.address == "auto" and job.ray.num_gpus == 1.0
+    assert load_job(minimal(tmp_path)).engine == "local"
+    found = problems(
+        minimal(tmp_path, input={"where": "lang = = 'en'"}, ray={"actor": 2}),
+        ['engine="spark"'],
+    )
+    assert any('engine: expected one of local, ray, got "spark"' in p for p in found)
+    assert any('[ray].actor: unknown key (did you mean "actors"?)' in p for p in found)
+    assert any("[input].where: not a SQL predicate polars can read" in p for p in found)
+
+
+def test_urls_pass_through_unresolved(tmp_path: Path):
+    job = load_job(minimal(tmp_path), ['input.path="s3://b/docs/"', 'output.path="s3://b/out"'])
+    assert job.input.path == ("s3://b/docs/",) and job.output.path == "s3://b/out"
