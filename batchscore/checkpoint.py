@@ -16,6 +16,7 @@ import fnmatch
 import hashlib
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from batchscore.storage import STATE, Store, open_store
 DONE = f"{STATE}/done"
 RUNS = f"{STATE}/runs"
 REJECTED = f"{STATE}/rejected"
+READERS = 16
 
 
 def fingerprint(parts: dict[str, Any]) -> str:
@@ -80,13 +82,18 @@ class Checkpoint:
         self.write_json(f"{STATE}/job.json", {"name": name, "fingerprint": digest, "parts": parts})
 
     def committed(self) -> dict[str, dict[str, Any]]:
-        """Every commit record, by chunk key."""
+        """Every commit record, by chunk key.
+
+        Read by a few threads at once: in an object store each record is a request, and a
+        large job has thousands.
+        """
+        rels = [f"{DONE}/{name}" for name in fnmatch.filter(self.store.names(DONE), "*.json")]
         records = {}
-        for name in fnmatch.filter(self.store.names(DONE), "*.json"):
-            text = self.store.read_text(f"{DONE}/{name}")
-            if text is not None:  # deleted since it was listed
-                record = json.loads(text)
-                records[record["chunk"]] = record
+        with ThreadPoolExecutor(max_workers=READERS) as pool:
+            for text in pool.map(self.store.read_text, rels):
+                if text is not None:  # deleted since it was listed
+                    record = json.loads(text)
+                    records[record["chunk"]] = record
         return records
 
     def commit(self, record: dict[str, Any]) -> None:
