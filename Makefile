@@ -47,8 +47,11 @@ $(TOY_GPT): scripts/generate_example.py $(DATA)
 	$(BIN)/python scripts/generate_example.py data/docs models/toy-gpt2
 	touch $@
 
+# `make score JOB=jobs/embed.toml ARGS="--metrics-file out/embed.prom"` for any job
+JOB ?= jobs/summarize.toml
+ARGS ?=
 score: setup
-	$(BIN)/batchscore run jobs/summarize.toml
+	$(BIN)/batchscore run $(JOB) $(ARGS)
 
 test: setup
 	$(BIN)/python -m pytest

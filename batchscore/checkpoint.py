@@ -1,25 +1,35 @@
-"""Checkpoints: what is committed, as facts on disk under ``<output>/_batchscore/``.
+"""Checkpoints: what is committed, as facts in the output folder under ``_batchscore/``.
 
 - ``job.json``: the job's name and fingerprint. A run with another fingerprint refuses to mix
   its output with what is committed.
 - ``done/<chunk>.json``: one record per committed chunk, written after its data file is in
   place. The record is the commit point: a data file without one is garbage from a crashed
   attempt and is deleted at the next start.
+
+Every file operation goes through the output's `Store`, so the same protocol holds in a local
+folder (rename) and in an object store (whole-object upload).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
-import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from batchscore import faults
 from batchscore.errors import OutputConflictError, WriteError
-from batchscore.fsio import fsync_dir, write_error, write_json
+from batchscore.fsio import write_error
+from batchscore.storage import STATE, Store, open_store
 
-STATE = "_batchscore"
+DONE = f"{STATE}/done"
+RUNS = f"{STATE}/runs"
+REJECTED = f"{STATE}/rejected"
+SETTLED = f"{STATE}/settled.json"  # what an earlier run measured and chose
+READERS = 16
 
 
 def fingerprint(parts: dict[str, Any]) -> str:
@@ -34,27 +44,23 @@ def part_name(key: str) -> str:
 
 
 class Checkpoint:
-    """The bookkeeping of one output folder."""
+    """The bookkeeping of one output folder (a local path, a URL, or an open `Store`)."""
 
-    def __init__(self, output: Path) -> None:
-        self.output = output
-        self.state = output / STATE
-        self.done_dir = self.state / "done"
-        self.tmp_dir = self.state / "tmp"
-        self.lock_path = self.state / "lock"
-        self.runs_dir = self.state / "runs"
-        self.rejected_dir = self.state / "rejected"
+    def __init__(self, output: str | Path | Store) -> None:
+        self.store = open_store(output) if isinstance(output, str | Path) else output
+        self.output = self.store.url
+        self.tmp_dir = self.store.staging
+        self.lock_path = self.store.lock_path
 
     def job(self) -> dict[str, Any] | None:
         """The recorded job identity, or None when nothing was ever started here."""
-        path = self.state / "job.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+        text = self.store.read_text(f"{STATE}/job.json")
+        return json.loads(text) if text is not None else None
 
     def claim(self, name: str, parts: dict[str, Any], restart: bool) -> None:
         """Make this folder the job's, refusing to mix outputs of different settings or jobs."""
-        for folder in (self.done_dir, self.tmp_dir, self.runs_dir, self.rejected_dir):
-            folder.mkdir(parents=True, exist_ok=True)
-        parts = json.loads(json.dumps(parts, default=str))  # compare as it will be stored
+        self.store.prepare(DONE, RUNS, REJECTED)
+        parts = json.loads(json.dumps(parts, default=str))  # as recorded: tuples become lists
         recorded, digest = self.job(), fingerprint(parts)
         if recorded and restart:
             self.clear()
@@ -74,23 +80,30 @@ class Checkpoint:
                 f"(changed: {', '.join(changed)}); run with --restart to discard it and start "
                 "over, or point [output].path at a new folder"
             )
-        write_json(self.state / "job.json", {"name": name, "fingerprint": digest, "parts": parts})
+        self.write_json(f"{STATE}/job.json", {"name": name, "fingerprint": digest, "parts": parts})
 
     def settled(self) -> dict[str, Any] | None:
         """What an earlier run measured and chose (precision, budget, agreement), if any."""
-        path = self.state / "settled.json"
-        return json.loads(path.read_text()) if path.is_file() else None
+        text = self.store.read_text(SETTLED)
+        return json.loads(text) if text is not None else None
 
     def settle(self, record: dict[str, Any]) -> None:
         """Pin measured choices, so every run of this output uses the same precision."""
-        write_json(self.state / "settled.json", record)
+        self.write_json(SETTLED, record)
 
     def committed(self) -> dict[str, dict[str, Any]]:
-        """Every commit record, by chunk key."""
+        """Every commit record, by chunk key.
+
+        Read by a few threads at once: in an object store each record is a request, and a
+        large job has thousands.
+        """
+        rels = [f"{DONE}/{name}" for name in fnmatch.filter(self.store.names(DONE), "*.json")]
         records = {}
-        for path in self.done_dir.glob("*.json"):
-            record = json.loads(path.read_text())
-            records[record["chunk"]] = record
+        with ThreadPoolExecutor(max_workers=READERS) as pool:
+            for text in pool.map(self.store.read_text, rels):
+                if text is not None:  # deleted since it was listed
+                    record = json.loads(text)
+                    records[record["chunk"]] = record
         return records
 
     def commit(self, record: dict[str, Any]) -> None:
@@ -100,39 +113,62 @@ class Checkpoint:
         output never sees rows that are not committed.
         """
         faults.hit("before-record")
-        path = self.done_dir / f"{record['chunk']}.json"
+        rel = f"{DONE}/{record['chunk']}.json"
         try:
             try:
                 faults.hit("write-record")
-                write_json(path, record)
             except OSError as exc:
-                raise write_error(path, exc) from exc
+                raise write_error(self.store.where(rel), exc) from exc
+            self.write_json(rel, record)
         except WriteError:
-            (self.output / record["file"]).unlink(missing_ok=True)
+            self.store.delete(record["file"])
             raise
         faults.hit("after-record")
 
     def forget(self, key: str) -> None:
         """Un-commit a chunk: drop its record first, so a crash in between leaves only garbage."""
-        (self.done_dir / f"{key}.json").unlink(missing_ok=True)
-        fsync_dir(self.done_dir)
-        (self.output / part_name(key)).unlink(missing_ok=True)
-        (self.rejected_dir / part_name(key)).unlink(missing_ok=True)
+        self.store.delete(f"{DONE}/{key}.json")
+        self.store.barrier(DONE)
+        self.store.delete(part_name(key))
+        self.store.delete(f"{REJECTED}/{part_name(key)}")
 
-    def sweep(self) -> list[Path]:
+    def sweep(self) -> list[str]:
         """Delete data files no record vouches for, and stale temporary files; return them."""
         keep = {part_name(key) for key in self.committed()}
-        garbage = [p for p in self.output.glob("part-*.parquet") if p.name not in keep]
-        garbage += [p for p in self.rejected_dir.glob("part-*.parquet") if p.name not in keep]
-        garbage += list(self.tmp_dir.glob("*"))
-        for path in garbage:
-            path.unlink(missing_ok=True)
+        garbage = []
+        for folder in ("", REJECTED):
+            for name in fnmatch.filter(self.store.names(folder), "part-*.parquet"):
+                if name not in keep:
+                    self.store.delete(f"{folder}/{name}".lstrip("/"))
+                    garbage.append(self.store.where(f"{folder}/{name}".lstrip("/")))
+        if self.tmp_dir.is_dir():
+            for path in self.tmp_dir.iterdir():
+                path.unlink(missing_ok=True)
+                garbage.append(str(path))
         return garbage
 
     def clear(self) -> None:
         """Start over: remove every record first, then every data file."""
-        shutil.rmtree(self.done_dir, ignore_errors=True)
-        self.done_dir.mkdir(parents=True)
-        (self.state / "settled.json").unlink(missing_ok=True)
-        fsync_dir(self.state)
+        for name in self.store.names(DONE):
+            self.store.delete(f"{DONE}/{name}")
+        self.store.barrier(DONE)
+        self.store.delete(SETTLED)
         self.sweep()
+
+    def save_report(self, name: str, report: dict[str, Any]) -> None:
+        """Keep a run's report under ``runs/``."""
+        self.write_json(f"{RUNS}/{name}", report)
+
+    def reports(self) -> Iterator[dict[str, Any]]:
+        """Run reports, newest first (names start with the run's UTC start time)."""
+        for name in sorted(fnmatch.filter(self.store.names(RUNS), "*.json"), reverse=True):
+            text = self.store.read_text(f"{RUNS}/{name}")
+            if text is not None:
+                yield json.loads(text)
+
+    def write_json(self, rel: str, data: Any) -> None:
+        """Write bookkeeping atomically; a failure is a `WriteError` naming the file."""
+        try:
+            self.store.write_json(rel, data)
+        except OSError as exc:
+            raise write_error(self.store.where(rel), exc) from exc

@@ -30,21 +30,34 @@ SET = click.option(
 )
 
 
+def json_logs() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().params.get("log_format") == "json")
+
+
 def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn library errors into one clear message on stderr and the documented exit code."""
+    """Turn library errors into one clear message on stderr and the documented exit code
+    (with ``--log-format json``, one JSON log line carrying the message and the code)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
         except BatchscoreError as exc:
+            if json_logs():
+                extra = {"error": type(exc).__name__, "exit_code": exc.exit_code}
+                log.error("%s", exc, extra=extra)
+                sys.exit(exc.exit_code)
             lines = str(exc).splitlines() or [type(exc).__name__]
             click.echo(f"batchscore: error: {lines[0]}", err=True)
             for line in lines[1:]:
                 click.echo(f"  {line}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("batchscore: interrupted; committed chunks are kept", err=True)
+            if json_logs():
+                log.error("interrupted; committed chunks are kept", extra={"exit_code": 130})
+            else:
+                click.echo("batchscore: interrupted; committed chunks are kept", err=True)
             sys.exit(130)
 
     return wrapper
@@ -57,17 +70,22 @@ def load(job: str, overrides: tuple[str, ...]) -> Job:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="batchscore")
 @click.option("-v", "--verbose", is_flag=True, help="Log debugging detail.")
-def main(verbose: bool) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines for people, or one JSON object per line for log collectors.",
+)
+def main(verbose: bool, log_format: str) -> None:
     """Score every row of Parquet shards with a PyTorch model, resumably.
 
     Example:
-        batchscore run jobs/summarize.toml
+        batchscore --log-format json run jobs/summarize.toml --metrics-file batchscore.prom
     """
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="batchscore: %(message)s",
-        stream=sys.stderr,
-    )
+    from batchscore.logs import setup_logging
+
+    setup_logging(verbose, log_format)
     if spec := os.environ.get("BATCHSCORE_FAULTS"):  # the fault-injection tests' hook only
         from batchscore import faults
 
@@ -90,23 +108,51 @@ def main(verbose: bool) -> None:
     show_default=True,
     help="A bar on a terminal, log lines elsewhere (auto), or nothing.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default=None,
+    help="Where the model runs: this process, or actors on a Ray cluster (overrides the job).",
+)
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write Prometheus textfile metrics here at the end of the run (atomically).",
+)
 @reports_errors
 def run(
-    job: str, overrides: tuple[str, ...], restart: bool, accept_quality: bool, progress: str
+    job: str,
+    overrides: tuple[str, ...],
+    restart: bool,
+    accept_quality: bool,
+    progress: str,
+    engine: str | None,
+    metrics_file: str | None,
 ) -> None:
     """Score every row of JOB not yet committed, then print a summary.
 
     Example:
-        batchscore run jobs/summarize.toml --set model.precision=bf16
+        batchscore run jobs/summarize.toml --set model.precision=bf16 --engine ray
     """
+    from pathlib import Path
+
     from batchscore.driver import run_job  # keeps `--help` and `validate` free of torch imports
     from batchscore.report import summary
 
     if progress == "auto":
-        progress = "bar" if sys.stderr.isatty() else "log"
+        progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
+    if engine is not None:
+        overrides = (*overrides, f'engine="{engine}"')
     report = run_job(
-        load(job, overrides), restart=restart, progress=progress, accept_quality=accept_quality
+        load(job, overrides),
+        restart=restart,
+        progress=progress,
+        accept_quality=accept_quality,
+        metrics_file=Path(metrics_file) if metrics_file else None,
     )
+    if json_logs():
+        log.info("run finished", extra={"report": report})
     click.echo(summary(report))
 
 

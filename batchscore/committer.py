@@ -3,6 +3,9 @@
 A chunk commits as: data file published (temp, fsync, check, rename), its rejected rows (if
 any) published beside the records, then the commit record. A window marked failed drops the
 open chunk and every later window of its shard; the other shards go on.
+
+A chunk is complete when its windows have covered all of its input rows; with an
+`[input].where` filter it holds fewer output rows than that, and its record counts both.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from batchscore.checkpoint import Checkpoint, part_name
+from batchscore.checkpoint import REJECTED, Checkpoint, part_name
 from batchscore.config import OutputConfig
 from batchscore.errors import BadRowsError, InputDataError
 from batchscore.reader import Chunk
@@ -29,6 +32,7 @@ class Scored:
     table: pa.Table | None = None
     rejected: pa.Table | None = None  # shard, row, error of rows recorded with an error
     error: InputDataError | None = None
+    read: int | None = None  # input rows the window covers before `where`; None: table's rows
 
 
 class Committer:
@@ -39,6 +43,7 @@ class Committer:
     ) -> None:
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
         self.writer: ChunkWriter | None = None
+        self.read = 0  # input rows of the open chunk seen so far
         self.rejected: list[pa.Table] = []
         self.failures: list[dict[str, str]] = []
         self.failed_shards: set[int] = set()
@@ -54,10 +59,9 @@ class Committer:
             if item.error is not None:
                 raise item.error
             if self.writer is None:
-                self.writer = ChunkWriter(
-                    self.ckpt.output, self.ckpt.tmp_dir, chunk.key, self.schema
-                )
+                self.writer, self.read = ChunkWriter(self.ckpt.store, chunk.key, self.schema), 0
             self.writer.append(conform(item.table, self.schema, chunk))
+            self.read += item.table.num_rows if item.read is None else item.read
         except InputDataError as exc:
             self.abort()
             self.failed_shards.add(chunk.shard.index)
@@ -65,26 +69,29 @@ class Committer:
             return
         if item.rejected is not None and item.rejected.num_rows:
             self.rejected.append(item.rejected)
-        if self.writer.rows == chunk.rows:
+        if self.read == chunk.rows:
             self.commit(chunk)
 
     def commit(self, chunk: Chunk) -> None:
-        self.writer.publish(chunk.rows)
+        rows = self.writer.rows  # the rows that passed `where`: all of them without one
+        self.writer.publish(rows)
         self.writer = None
         bad = sum(t.num_rows for t in self.rejected)
         if bad:
-            final = self.ckpt.rejected_dir / part_name(chunk.key)
-            write_table(pa.concat_tables(self.rejected), self.ckpt.tmp_dir, final)
+            rel = f"{REJECTED}/{part_name(chunk.key)}"
+            write_table(pa.concat_tables(self.rejected), self.ckpt.store, rel)
         self.rejected = []
-        self.ckpt.commit(record(chunk, bad))
+        self.ckpt.commit(record(chunk, bad, rows))
         self.stats.chunks_committed += 1
         self.stats.bad_rows += bad
-        self.rows, self.bad = self.rows + chunk.rows, self.bad + bad
+        self.stats.filtered += chunk.rows - rows
+        self.rows, self.bad = self.rows + rows, self.bad + bad
         if self.bad > self.output.max_bad_share * self.rows:
             raise BadRowsError(
                 f"{self.bad:,} of {self.rows:,} committed rows failed "
                 f"({self.bad / self.rows:.1%}), above [output].max_bad_share = "
-                f"{self.output.max_bad_share}; see {self.ckpt.rejected_dir} for each row's error"
+                f"{self.output.max_bad_share}; see {self.ckpt.store.where(REJECTED)} for each "
+                "row's error"
             )
 
     def abort(self) -> None:
@@ -105,8 +112,13 @@ def conform(table: pa.Table, schema: pa.Schema, chunk: Chunk) -> pa.Table:
         raise InputDataError(f"{chunk.shard.path}: rows {chunk.start}-{chunk.stop}: {exc}") from exc
 
 
-def record(chunk: Chunk, bad_rows: int) -> dict[str, Any]:
-    """The commit record of a chunk: enough to skip it on resume and to notice its shard change."""
+def record(chunk: Chunk, bad_rows: int, rows: int | None = None) -> dict[str, Any]:
+    """The commit record of a chunk: enough to skip it on resume and to notice its shard change.
+
+    ``rows`` are the output rows (those that passed `where`); ``filtered`` the input rows of
+    the chunk's range that did not.
+    """
+    rows = chunk.rows if rows is None else rows
     return {
         "chunk": chunk.key,
         "file": part_name(chunk.key),
@@ -114,7 +126,8 @@ def record(chunk: Chunk, bad_rows: int) -> dict[str, Any]:
         "chunks": chunk.of,
         "start": chunk.start,
         "stop": chunk.stop,
-        "rows": chunk.rows,
+        "rows": rows,
+        "filtered": chunk.rows - rows,
         "bad_rows": bad_rows,
         "committed_at": time.time(),
     }

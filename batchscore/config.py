@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from batchscore.errors import JobError
 from batchscore.prompt import template_problem
-from batchscore.schema import build, did_you_mean, show
+from batchscore.rowfilter import where_problem
+from batchscore.schema import build, coerce, describe, did_you_mean, show
 
 Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
 Precision = Literal["fp32", "fp16", "bf16", "int8", "auto"]
@@ -30,6 +31,7 @@ class InputConfig:
     features: tuple[str, ...] = ()
     id: str | None = None
     keep: tuple[str, ...] = ()
+    where: str | None = None  # a SQL predicate over input columns; rows it rejects are skipped
 
     @property
     def carried(self) -> tuple[str, ...]:
@@ -146,6 +148,20 @@ class TensorConfig:
     num_features: int | None = field(default=None, metadata={"min": 1})
 
 
+@dataclass(frozen=True)
+class RayConfig:
+    """[ray]: the cluster the Ray engine joins and the model actors it starts there.
+
+    ``address`` None starts a local Ray instance; "auto" or ``ray://host:10001`` joins one.
+    ``actors`` defaults to one per GPU (``num_gpus`` each), or one per ``num_cpus`` CPU slots.
+    """
+
+    address: str | None = None
+    actors: int | None = field(default=None, metadata={"min": 1})
+    num_cpus: float = field(default=1.0, metadata={"min": 0.0})
+    num_gpus: float | None = field(default=None, metadata={"min": 0.0})
+
+
 TASK_SECTIONS: dict[str, type] = {
     "embed": EmbedConfig,
     "classify": ClassifyConfig,
@@ -159,8 +175,10 @@ SECTIONS: dict[str, type] = {
     "batching": BatchingConfig,
     "output": OutputConfig,
     "quality": QualityConfig,
+    "ray": RayConfig,
     **TASK_SECTIONS,
 }
+Engine = Literal["local", "ray"]
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -175,7 +193,9 @@ class Job:
     batching: BatchingConfig
     output: OutputConfig
     task: Any
-    quality: QualityConfig = QualityConfig()
+    quality: QualityConfig = field(default_factory=QualityConfig)
+    engine: Engine = "local"  # where chunks are scored: this process, or actors on a Ray cluster
+    ray: RayConfig = field(default_factory=RayConfig)
 
     @property
     def output_dir(self) -> Path:
@@ -236,6 +256,9 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     name = raw.pop("name", source.stem)
     if not isinstance(name, str) or not name:
         problems.append(f"{source}: name: expected a non-empty string, got {show(name)}")
+    engine = raw.pop("engine", "local")
+    if not coerce(engine, Engine)[0]:
+        problems.append(f"{source}: engine: expected {describe(Engine)}, got {show(engine)}")
     for key, value in raw.items():
         if key not in SECTIONS:
             problems.append(f"{source}: [{key}]: unknown section{did_you_mean(key, SECTIONS)}")
@@ -252,11 +275,14 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     output = section("output")
     quality = section("quality")
     task = section(model.task) if model else None
+    ray = section("ray")
 
     if inp:
         inp = replace(inp, path=tuple(resolve(base, p) for p in inp.path))
         if not inp.path:
             problems.append(f"{source}: [input].path: names no input")
+        if inp.where is not None and (problem := where_problem(inp.where)):
+            problems.append(f"{source}: [input].where: {problem}")
     if output:
         output = replace(output, path=resolve(base, output.path))
     if model:
@@ -269,9 +295,19 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
         )
     if model and inp and batching and task:
         check_task(model.task, task, inp, model, batching, source, problems)
+    if engine == "ray" and model and batching:
+        for key, value in (
+            ("[model].precision", model.precision),
+            ("[batching].max_tokens", batching.max_tokens),
+        ):
+            if value == "auto":
+                problems.append(
+                    f'{source}: {key}: "auto" is measured on this machine, not on the Ray '
+                    'actors\' hardware; set it explicitly with engine = "ray"'
+                )
     if problems:
         raise JobError(problems)
-    return Job(name, source, inp, model, batching, output, task, quality)
+    return Job(name, source, inp, model, batching, output, task, quality, engine, ray)
 
 
 def check_task(

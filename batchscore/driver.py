@@ -1,8 +1,11 @@
 """The driver: wires reader -> tokenizer -> sampler -> executor -> writer for one job, explicitly.
 
-    reader thread:  chunk rows -> windows -> task.encode -> sampler batches   (prefetch, ahead)
+    reader thread:  chunk rows -> where -> windows -> task.encode -> batches   (prefetch, ahead)
     main thread:    batches -> model (executor) -> output rows in input order (scoring)
     writer thread:  rows -> temp Parquet -> publish -> commit record          (committer, behind)
+
+The middle stage is the engine's (`batchscore.engines`): this process, or model actors on a
+Ray cluster that score whole chunks; planning and committing stay here either way.
 
 A shard that cannot be read fails alone: its open chunk is dropped, the other shards commit,
 and the run ends with `InputDataError` so the next run retries it.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,16 +30,18 @@ from batchscore import __version__
 from batchscore.checkpoint import Checkpoint
 from batchscore.committer import Committer, Scored
 from batchscore.config import Job
-from batchscore.errors import BatchscoreError, InputDataError, JobError
+from batchscore.engines import open_engine
+from batchscore.errors import BatchscoreError, InputDataError, JobError, WriteError
 from batchscore.executor import Executor, check_precision, resolve_device
-from batchscore.fsio import write_json
 from batchscore.lock import hold_lock
-from batchscore.models import Encoded, Task, input_kinds, load_task
+from batchscore.metrics import write_metrics
+from batchscore.models import Encoded, Task, input_kinds
 from batchscore.models.locate import locate, model_identity
-from batchscore.pipeline import Sink, prefetch
+from batchscore.pipeline import Sink
 from batchscore.plan import plan_run
 from batchscore.reader import Chunk, find_shards, read_windows
 from batchscore.report import Progress, RunStats
+from batchscore.rowfilter import RowFilter
 from batchscore.sampler import first_of_each, plan_batches
 from batchscore.scoring import Budget, assemble, count, cut, run_window
 from batchscore.tuning import settle
@@ -56,6 +62,12 @@ class Window:
     units: np.ndarray | None = None  # the units to score: each distinct input once
     same_as: np.ndarray | None = None  # unit -> the identical unit scored for it, if any repeat
     error: BatchscoreError | None = None
+    read: int | None = None  # input rows covered, before `where`; None: the table's rows
+    kept: np.ndarray | None = None  # with `where`: the shard row of each table row
+
+    def row(self, r: int) -> int:
+        """The shard row of the window's row ``r``, for messages."""
+        return self.offset + r if self.kept is None else int(self.kept[r])
 
 
 def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
@@ -74,6 +86,8 @@ def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
         },
         "on_error": job.output.on_error,
         "chunk_rows": job.output.chunk_rows,
+        # only when set, so outputs made before the key existed still resume
+        **({"where": job.input.where} if job.input.where is not None else {}),
     }
 
 
@@ -104,7 +118,9 @@ def distinct(encoded: Encoded) -> tuple[np.ndarray, np.ndarray | None]:
 
 def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
     """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread)."""
-    columns = tuple(dict.fromkeys([*job.input.carried, *task.inputs]))
+    rows_filter = RowFilter(job.input.where) if job.input.where is not None else None
+    needs = rows_filter.columns if rows_filter else ()
+    columns = tuple(dict.fromkeys([*job.input.carried, *task.inputs, *needs]))
     max_tokens = job.batching.max_tokens
     failed: set[int] = set()
     for chunk in chunks:
@@ -113,14 +129,21 @@ def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
         offset = chunk.start
         try:
             for table in read_windows(chunk, columns, job.batching.window_rows):
+                read, kept = table.num_rows, None
+                if rows_filter is not None:
+                    positions = rows_filter.keep(table)
+                    table, kept = table.take(positions), offset + positions
                 encoded = task.encode(table)
+                units, same_as = distinct(encoded)
+                window = Window(
+                    chunk, offset, table, encoded, [], max_tokens, units, same_as, None, read, kept
+                )
                 if encoded.errors and job.output.on_error == "fail":
                     row, message = min(encoded.errors.items())
-                    raise InputDataError(f"{chunk.shard.path}: row {offset + row}, {message}")
-                units, same_as = distinct(encoded)
-                batches = plan(job, encoded, units, max_tokens, task.bucketing)
-                yield Window(chunk, offset, table, encoded, batches, max_tokens, units, same_as)
-                offset += table.num_rows
+                    raise InputDataError(f"{chunk.shard.path}: row {window.row(row)}, {message}")
+                window.batches = plan(job, encoded, units, max_tokens, task.bucketing)
+                yield window
+                offset += read
         except InputDataError as exc:
             failed.add(chunk.shard.index)
             yield Window(chunk, error=exc)
@@ -162,7 +185,7 @@ class Scorer:
         errors = {**encoded.errors, **outcome.errors}
         if errors and not self.skip:
             row, message = min(errors.items())
-            error = InputDataError(f"{chunk.shard.path}: row {window.offset + row}, {message}")
+            error = InputDataError(f"{chunk.shard.path}: row {window.row(row)}, {message}")
             return Scored(chunk, error=error)
         columns = {} if outcome.results is None else self.task.finish(encoded, outcome.results)
         table = assemble(
@@ -175,7 +198,7 @@ class Scorer:
             self.skip,
         )
         count(self.stats, encoded, outcome.batches, rows, len(window.units))
-        return Scored(chunk, table, self.rejected(window, errors))
+        return Scored(chunk, table, self.rejected(window, errors), read=window.read)
 
     def rejected(self, window: Window, errors: dict[int, str]) -> pa.Table | None:
         """Rows recorded with an error, listed for `_batchscore/rejected/`."""
@@ -184,7 +207,7 @@ class Scorer:
         rows = sorted(errors)
         listing = {
             "shard": [window.chunk.shard.path] * len(rows),
-            "row": [window.offset + r for r in rows],
+            "row": [window.row(r) for r in rows],
         }
         if self.job.input.id:
             listing["id"] = window.table.column(self.job.input.id).take(rows)
@@ -200,46 +223,84 @@ def output_schema(job: Job, carried: pa.Schema, task: Task) -> pa.Schema:
     return pa.schema(fields)
 
 
+def score_chunk(job: Job, chunk: Chunk, task: Task, scorer: Scorer) -> list[Scored]:
+    """Every window of one chunk, scored: the unit of work a remote engine's worker returns.
+
+    The list ends at the first failed window (the shard's error), as the local stream does.
+    """
+    parts = []
+    for window in windows(job, [chunk], task):
+        part = Scored(window.chunk, error=window.error) if window.error else scorer(window)
+        parts.append(part)
+        if part.error is not None:
+            break
+    return parts
+
+
 def run_job(
-    job: Job, restart: bool = False, progress: str = "off", accept_quality: bool = False
+    job: Job,
+    restart: bool = False,
+    progress: str = "off",
+    accept_quality: bool = False,
+    metrics_file: Path | None = None,
 ) -> dict[str, Any]:
     """Score every row of the job not yet committed; return the run report.
 
     Raises `LockHeldError` when another run holds the job, `OutputConflictError` when the output
     was made with other settings, `QualityGateError` when the precision fails its gate (unless
     ``accept_quality``), and `InputDataError` (after committing every other shard) when some
-    shard could not be read. The run report is written whatever happens.
+    shard could not be read. The run report is written whatever happens, and so are the
+    Prometheus metrics in ``metrics_file`` when one is given.
     """
-    ckpt = Checkpoint(job.output_dir)
-    with hold_lock(ckpt.lock_path, job.name):
+    if job.engine == "local":  # refuse a device or precision this machine lacks before any work
+        check_precision(job.model, resolve_device(job.model.device))
+    ckpt = Checkpoint(job.output.path)
+    with hold_lock(ckpt.lock_path, job.name, ckpt.output):
         start, stats = time.perf_counter(), RunStats()
-        device = resolve_device(job.model.device)
-        check_precision(job.model, device)
-        model_path = locate(job.model)
-        ckpt.claim(job.name, fingerprint_parts(job, model_path), restart)
-        context: dict[str, Any] = {"device": str(device), "precision": job.model.precision}
         failures: list[dict[str, str]] = []
-        outcome = "failed"
+        outcome, report = "failed", None
+        context: dict[str, Any] = {
+            "engine": job.engine,
+            "device": job.model.device,
+            "precision": job.model.precision,
+        }
         try:
-            failures = score_pending(
-                job, ckpt, model_path, stats, progress, accept_quality, context
-            )
-            outcome = "ok" if not failures else "shards failed"
+            model_path = locate(job.model)
+            ckpt.claim(job.name, fingerprint_parts(job, model_path), restart)
+            try:
+                failures = score_pending(
+                    job, ckpt, model_path, stats, progress, accept_quality, context
+                )
+                outcome = "ok" if not failures else "shards failed"
+            except KeyboardInterrupt:
+                outcome = "interrupted"
+                raise
+            finally:
+                stats.wall_s = time.perf_counter() - start
+                report = stats.report(
+                    job=job.name,
+                    outcome=outcome,
+                    output=job.output.path,
+                    failed_shards=failures,
+                    version=__version__,
+                    **context,
+                )
+                stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(stats.started))
+                ckpt.save_report(f"{stamp}-{os.getpid()}.json", report)
         except KeyboardInterrupt:
             outcome = "interrupted"
             raise
         finally:
-            stats.wall_s = time.perf_counter() - start
-            report = stats.report(
-                job=job.name,
-                outcome=outcome,
-                output=str(job.output_dir),
-                failed_shards=failures,
-                version=__version__,
-                **context,
-            )
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(stats.started))
-            write_json(ckpt.runs_dir / f"{stamp}-{os.getpid()}.json", report)
+            if metrics_file is not None:
+                if report is None:  # failed before scoring began
+                    stats.wall_s = time.perf_counter() - start
+                    report = stats.report(job=job.name, outcome=outcome)
+                try:
+                    write_metrics(metrics_file, report, ckpt)
+                except WriteError as exc:
+                    if sys.exc_info()[0] is None:
+                        raise
+                    log.error("%s", exc)  # the run's own error is the one to report
         if failures:
             raise InputDataError(
                 f"{len(failures)} shard(s) failed and were not committed; the other shards "
@@ -258,13 +319,14 @@ def score_pending(
     accept_quality: bool,
     context: dict[str, Any],
 ) -> list[dict[str, str]]:
-    """Plan, then stream every pending chunk through the stages; return the failed shards.
+    """Plan, settle what the job leaves to measurement, then stream every pending chunk through
+    the engine and the committer; return the failed shards.
 
-    ``context`` receives what the run report should say about the model: the precision in
-    force and the measured decisions behind it.
+    ``context`` receives what the run report should say about the model: where it ran, the
+    precision in force and the measured decisions behind it.
     """
     for garbage in ckpt.sweep():
-        log.info("removed %s, left by an interrupted run", garbage.name)
+        log.info("removed %s, left by an interrupted run", garbage)
     kinds = input_kinds(job.model.task, job.input, job.task)
     todo = plan_run(job.input, kinds, job.output.chunk_rows, find_shards(job.input), ckpt)
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
@@ -272,34 +334,29 @@ def score_pending(
         return todo.failures
     tuning = time.perf_counter()
     recorded = ckpt.settled()
-    job, decision, trial = settle(job, model_path, recorded, accept_quality)
+    job, decision = settle(job, model_path, recorded, accept_quality)
     if decision:
         ckpt.settle(decision)
     stats.tuning_s = time.perf_counter() - tuning
-    context.update(precision=job.model.precision, settled=decision or recorded)
-    loaded = time.perf_counter()
-    if trial is not None:  # the model the decision was measured with is ready: reuse it
-        task, executor = trial.task, trial.executor
-        executor.busy_s = 0.0
-    else:
-        executor = Executor(job.model)
-        task = load_task(model_path, job.model, job.task, job.input, executor)
-    stats.load_s = time.perf_counter() - loaded
-    committer = Committer(job.output, ckpt, output_schema(job, todo.carried, task), stats)
-    bar = Progress(sum(c.rows for c in todo.chunks), progress)
-    scorer = Scorer(job, task, executor, stats, bar)
-    sink: Sink[Scored] = Sink(committer, depth=2)
+    context["settled"] = decision or recorded
+    engine = open_engine(job)
     try:
-        for window in prefetch(windows(job, todo.chunks, task), depth=2):
-            if window.error is not None:
-                sink.put(Scored(window.chunk, error=window.error))
-            else:
-                sink.put(scorer(window))
-    finally:
-        bar.close()
-        stats.model_busy_s = executor.busy_s
+        loaded = time.perf_counter()
+        task = engine.load(model_path, stats, len(todo.chunks))
+        stats.load_s = time.perf_counter() - loaded
+        context.update(device=engine.device, precision=engine.precision)
+        committer = Committer(job.output, ckpt, output_schema(job, todo.carried, task), stats)
+        bar = Progress(sum(c.rows for c in todo.chunks), progress)
+        sink: Sink[Scored] = Sink(committer, depth=2)
         try:
-            sink.close()
+            engine.score(todo.chunks, sink, bar, stats)
         finally:
-            committer.abort()
+            bar.close()
+            try:
+                sink.close()
+            finally:
+                committer.abort()
+    finally:
+        engine.close()
+        stats.model_busy_s = engine.busy_s
     return todo.failures + committer.failures

@@ -63,6 +63,12 @@ class QualityGateError(BatchscoreError):
     exit_code = 8
 
 
+class EngineError(BatchscoreError):
+    """The Ray cluster could not be reached, or its model actors kept dying."""
+
+    exit_code = 9
+
+
 class LockHeldError(BatchscoreError):
     """Another run of the same job holds the output folder's lock (EX_TEMPFAIL: try again later)."""
 
@@ -80,6 +86,7 @@ EXIT_CODES: dict[int, str] = {
     WriteError.exit_code: "an output chunk or checkpoint could not be written",
     TransientIOError.exit_code: "reading input failed transiently (I/O error); run again later",
     QualityGateError.exit_code: "the precision fails its quality gate against fp32; nothing scored",
+    EngineError.exit_code: "the Ray cluster could not be reached, or its model actors kept dying",
     LockHeldError.exit_code: "another run of the same job is still running",
     130: "interrupted (Ctrl-C); committed chunks are kept",
 }

@@ -54,7 +54,7 @@ def write_json(path: Path, data: Any) -> None:
         raise write_error(path, exc) from exc
 
 
-def write_error(path: Path, exc: OSError) -> WriteError:
+def write_error(path: Path | str, exc: OSError) -> WriteError:
     """A `WriteError` that says what failed and what the user can do about it."""
     hint = {
         errno.ENOSPC: "the disk is full; free space and run again",

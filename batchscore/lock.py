@@ -2,6 +2,8 @@
 
 ``flock`` is released by the kernel when the holder exits, however it exits (SIGKILL included),
 so there is never a stale lock to clean up; the file itself stays and only says who holds it.
+The lock is a local file: for an output in an object store it lives on this machine (see
+`batchscore.storage.objects`), so it keeps runs on one machine apart, not across machines.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ from batchscore.errors import LockHeldError
 
 
 @contextmanager
-def hold_lock(path: Path, job_name: str) -> Iterator[None]:
-    """Hold the lock at ``path`` for the block, or raise `LockHeldError` naming the holder."""
+def hold_lock(path: Path, job_name: str, output: str | None = None) -> Iterator[None]:
+    """Hold the lock at ``path`` for the block, or raise `LockHeldError` naming the holder.
+
+    ``output`` names what the lock guards in the message (default: the folder above the
+    lock's own folder, i.e. a local output folder).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -28,7 +34,7 @@ def hold_lock(path: Path, job_name: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise LockHeldError(
-                f"{path.parent.parent}: another run of this job holds the lock "
+                f"{output or path.parent.parent}: another run of this job holds the lock "
                 f"({describe_holder(fd)}); wait for it to finish, or stop it"
             ) from None
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_name}

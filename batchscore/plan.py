@@ -2,7 +2,8 @@
 
 Committed chunks are trusted only while their shard is unchanged (same path, size and mtime);
 a changed or vanished shard's chunks are un-committed, so the output always mirrors the input.
-A shard whose footer, columns or column types are unusable fails alone, before any scoring.
+A shard whose footer, columns or column types are unusable fails alone, before any scoring;
+an `[input].where` that does not fit a shard's columns is the job's error, not the shard's.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import pyarrow as pa
 
 from batchscore.checkpoint import Checkpoint
 from batchscore.config import InputConfig
-from batchscore.errors import InputDataError
+from batchscore.errors import InputDataError, JobError
 from batchscore.reader import Chunk, Shard, check_columns, open_shard, plan_chunks
+from batchscore.rowfilter import RowFilter
 
 log = logging.getLogger("batchscore")
 
@@ -60,6 +62,7 @@ def plan_run(
 ) -> Plan:
     """Un-commit stale chunks, check every shard still to score, and list its pending chunks."""
     plan = Plan()
+    rows_filter = RowFilter(inp.where) if inp.where is not None else None
     committed = ckpt.committed()
     live = {f"{s.index:05d}": s for s in shards}
     for key, record in sorted(committed.items()):
@@ -80,6 +83,7 @@ def plan_run(
             continue  # whole shard committed: its rows are not read again
         try:
             pf = open_shard(shard)
+            check_where(rows_filter, shard, pf.schema_arrow)
             check_columns(shard, pf.schema_arrow, inp.carried, kinds)
             carried = pa.schema([pf.schema_arrow.field(c) for c in inp.carried])
             if reference is None:
@@ -91,8 +95,15 @@ def plan_run(
         for chunk in plan_chunks(shard, pf.metadata.num_rows, chunk_rows):
             if chunk.key in committed:
                 plan.done_chunks += 1
-                plan.done_rows += chunk.rows
+                plan.done_rows += committed[chunk.key]["rows"]
             else:
                 plan.chunks.append(chunk)
     plan.carried = reference[0] if reference else pa.schema([])
     return plan
+
+
+def check_where(rows_filter: RowFilter | None, shard: Shard, schema: pa.Schema) -> None:
+    """A predicate naming a column the input lacks is a mistake in the job file (exit 2)."""
+    problem = rows_filter.check(schema) if rows_filter is not None else None
+    if problem:
+        raise JobError(f"[input].where: {problem} ({shard.path})")

@@ -1,12 +1,14 @@
 """Reader: find the input shards, cut them into chunks, stream a chunk's rows in bounded windows.
 
 Only Parquet footers are read to plan; rows are read one row group at a time with only the
-needed columns, so memory is bounded by the window, never by the shard.
+needed columns, so memory is bounded by the window, never by the shard. Shards named by URL
+(``s3://bucket/docs/``) are listed and opened through `pyarrow.fs`.
 """
 
 from __future__ import annotations
 
 import errno
+import fnmatch
 import glob
 import logging
 import os
@@ -20,6 +22,7 @@ import pyarrow.parquet as pq
 from batchscore import faults
 from batchscore.config import InputConfig
 from batchscore.errors import BatchscoreError, InputDataError, JobError, TransientIOError
+from batchscore.storage import filesystem, is_url, to_url
 
 log = logging.getLogger("batchscore")
 GLOB_CHARS = set("*?[")
@@ -95,24 +98,70 @@ def expand(pattern: str) -> list[Path]:
     raise JobError(f"[input].path: {pattern}: no such file or folder")
 
 
+def expand_url(pattern: str) -> dict[str, tuple[int, int]]:
+    """The shards a URL names (a prefix, a glob or an object), each with its size and mtime."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(pattern)
+    glob_at = min((path.index(c) for c in GLOB_CHARS if c in path), default=None)
+    root = path if glob_at is None else path[:glob_at].rsplit("/", 1)[0]
+    try:
+        info = fs.get_file_info(root)
+        if info.type == pafs.FileType.File and glob_at is None:
+            return {to_url(pattern, info.path): (info.size, info.mtime_ns)}
+        if info.type == pafs.FileType.NotFound:
+            raise JobError(f"[input].path: {pattern}: no such file or folder")
+        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    except OSError as exc:
+        raise TransientIOError(f"[input].path: {pattern}: cannot list: {exc}; run again") from exc
+    found = {}
+    for info in infos:
+        rel = info.path[len(root) :].lstrip("/")
+        if info.type != pafs.FileType.File or any(p.startswith((".", "_")) for p in rel.split("/")):
+            continue
+        if glob_at is None and not rel.endswith(".parquet"):
+            continue
+        if glob_at is not None and not fnmatch.fnmatchcase(info.path, path):
+            continue
+        found[to_url(pattern, info.path)] = (info.size, info.mtime_ns)
+    return found
+
+
 def find_shards(inp: InputConfig) -> list[Shard]:
     """Every shard the job names, in sorted path order, each once."""
-    paths: set[str] = set()
+    files: dict[str, tuple[int, int]] = {}
     for pattern in inp.path:
-        found = expand(pattern)
+        if is_url(pattern):
+            found = expand_url(pattern)
+        else:
+            found = {}
+            for p in expand(pattern):
+                st = os.stat(p.resolve())
+                found[str(p.resolve())] = (st.st_size, st.st_mtime_ns)
         if not found:
             raise JobError(f"[input].path: {pattern}: matches no Parquet files")
-        paths.update(str(p.resolve()) for p in found)
-    shards = []
-    for index, path in enumerate(sorted(paths)):
-        st = os.stat(path)
-        shards.append(Shard(index, path, st.st_size, st.st_mtime_ns))
-    return shards
+        files.update(found)
+    return [Shard(i, path, *files[path]) for i, path in enumerate(sorted(files))]
+
+
+def is_transient(exc: Exception) -> bool:
+    """An I/O error that says nothing about the data: a local errno, or an object store's
+    network, throttling or server error (pyarrow reports those without an errno)."""
+    if not isinstance(exc, OSError):
+        return False
+    if exc.errno in TRANSIENT:
+        return True
+    text = str(exc)
+    return "AWS Error" in text and not any(s in text for s in STORE_DATA_ERRORS)
+
+
+# object-store errors that a retry will not fix: the shard is gone or may not be read
+STORE_DATA_ERRORS = ("ACCESS_DENIED", "NO_SUCH_KEY", "NO_SUCH_BUCKET", "RESOURCE_NOT_FOUND")
 
 
 def read_error(shard: Shard, what: str, exc: Exception) -> BatchscoreError:
     """Corrupt data fails the shard; an I/O error that may pass fails the run, to retry later."""
-    if isinstance(exc, OSError) and exc.errno in TRANSIENT:
+    if is_transient(exc):
         return TransientIOError(f"{shard.path}: {what}: {exc}; run again to retry")
     return InputDataError(f"{shard.path}: {what}: {exc}")
 
@@ -120,6 +169,9 @@ def read_error(shard: Shard, what: str, exc: Exception) -> BatchscoreError:
 def open_shard(shard: Shard) -> pq.ParquetFile:
     """Open a shard's footer, turning a corrupt file into an error that names it."""
     try:
+        if is_url(shard.path):
+            fs, path = filesystem(shard.path)
+            return pq.ParquetFile(fs.open_input_file(path))
         return pq.ParquetFile(shard.path)
     except (OSError, pa.ArrowException) as exc:
         raise read_error(shard, "not a readable Parquet file", exc) from exc

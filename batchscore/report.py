@@ -25,12 +25,15 @@ class RunStats:
     batches: int = 0
     truncated: int = 0
     bad_rows: int = 0
+    filtered: int = 0  # input rows `[input].where` dropped, in the chunks committed
     chunks_committed: int = 0
     chunks_already_done: int = 0
     rows_already_done: int = 0
     load_s: float = 0.0
     tuning_s: float = 0.0
-    model_busy_s: float = 0.0
+    model_busy_s: float = 0.0  # summed over model replicas
+    replicas: int = 1  # models that ran side by side (Ray actors)
+    actors_replaced: int = 0
     started: float = field(default_factory=time.time)
     wall_s: float = 0.0
 
@@ -44,7 +47,8 @@ class RunStats:
             else 1.0,
             "rows_per_s": round(self.rows / wall, 2),
             "tokens_per_s": round(self.tokens / wall, 1),
-            "model_busy_share": round(self.model_busy_s / wall, 4),
+            # per replica, so it stays a share of 0-1 however many models ran
+            "model_busy_share": round(self.model_busy_s / (wall * max(self.replicas, 1)), 4),
             **context,
         }
 
@@ -64,6 +68,16 @@ def summary(report: dict[str, Any]) -> str:
             f"{report['load_s']:.1f} s; {report['device']}, {report['precision']}",
             f"  chunks: {report['chunks_committed']} committed now, "
             f"{report['chunks_already_done']} already done ({report['rows_already_done']:,} rows)",
+            *(
+                [f"  filtered: {report['filtered']:,} input rows dropped by [input].where"]
+                if report.get("filtered")
+                else []
+            ),
+            *(
+                [f"  ray: {report['actors_replaced']} model actor(s) died and were replaced"]
+                if report.get("actors_replaced")
+                else []
+            ),
             f"  output: {report['output']}",
         ]
     )

@@ -5,7 +5,6 @@ Nothing is scored and no model is loaded; a shard whose records all match it is 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,15 +20,16 @@ class ShardStatus:
     state: str  # done | pending | partial | failed | changed
     chunks_done: int
     chunks: int
-    rows_done: int
+    rows_done: int  # input rows of committed chunks
     rows: int
     bad_rows: int
+    rows_written: int  # output rows: rows_done less those `[input].where` dropped
 
 
 def job_status(job: Job) -> dict[str, Any]:
     """Per-shard progress plus the last run's report, as plain data."""
-    ckpt = Checkpoint(job.output_dir)
-    committed = ckpt.committed() if ckpt.done_dir.is_dir() else {}
+    ckpt = Checkpoint(job.output.path)
+    committed = ckpt.committed()
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
     shards = []
@@ -43,7 +43,8 @@ def job_status(job: Job) -> dict[str, Any]:
             chunks = len(plan_chunks(shard, rows, job.output.chunk_rows))
         except BatchscoreError:
             rows, chunks = 0, 0
-        done_rows = sum(r["rows"] for r in valid)
+        done_rows = sum(r["stop"] - r["start"] for r in valid)
+        written = sum(r["rows"] for r in valid)
         if len(valid) < len(records):
             state = "changed"
         elif shard.path in failed:
@@ -53,14 +54,17 @@ def job_status(job: Job) -> dict[str, Any]:
         else:
             state = "partial" if valid else "pending"
         bad = sum(r.get("bad_rows", 0) for r in valid)
-        shards.append(ShardStatus(shard.path, state, len(valid), chunks, done_rows, rows, bad))
+        shards.append(
+            ShardStatus(shard.path, state, len(valid), chunks, done_rows, rows, bad, written)
+        )
     return {
         "job": job.name,
-        "output": str(job.output_dir),
+        "output": job.output.path,
         "shards": [asdict(s) for s in shards],
         "rows": sum(s.rows for s in shards),
         "rows_done": sum(s.rows_done for s in shards),
         "bad_rows": sum(s.bad_rows for s in shards),
+        "rows_written": sum(s.rows_written for s in shards),
         "complete": all(s.state == "done" for s in shards),
         "last_run": last,
     }
@@ -68,8 +72,7 @@ def job_status(job: Job) -> dict[str, Any]:
 
 def last_report(ckpt: Checkpoint) -> dict[str, Any] | None:
     """The newest run report, or None before the first run."""
-    reports = sorted(ckpt.runs_dir.glob("*.json")) if ckpt.runs_dir.is_dir() else []
-    return json.loads(reports[-1].read_text()) if reports else None
+    return next(ckpt.reports(), None)
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -80,6 +83,9 @@ def format_status(status: dict[str, Any]) -> str:
         rows = f"{s['rows_done']:,}/{s['rows']:,}"
         lines.append(f"{s['state']:<8} {chunks:>9} {rows:>21}  {s['shard']}")
     bad = f", {status['bad_rows']:,} of them with an error" if status["bad_rows"] else ""
+    dropped = status["rows_done"] - status["rows_written"]
+    if dropped:
+        bad += f"; {status['rows_written']:,} written, {dropped:,} dropped by [input].where"
     lines.append(
         f"{status['rows_done']:,} of {status['rows']:,} rows committed{bad}"
         + (" - complete" if status["complete"] else "")

@@ -175,18 +175,17 @@ def choose_budget(job: Job, chosen: Trial, table: pa.Table) -> dict[str, Any]:
 
 def settle(
     job: Job, model_path: Path, recorded: dict[str, Any] | None, accept: bool = False
-) -> tuple[Job, dict[str, Any] | None, Trial | None]:
+) -> tuple[Job, dict[str, Any] | None]:
     """The job with "auto" settings made concrete and its precision gated.
 
-    ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete job,
-    the new decision to record and the trial whose loaded model the run can reuse (both None
-    when there was nothing to decide).
+    ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete job
+    and the new decision to record (None when there was nothing to decide).
     """
     if recorded:
-        return concrete(job, recorded), None, None
+        return concrete(job, recorded), None
     needs_budget = job.batching.max_tokens == "auto"
     if job.model.precision == "fp32" and not needs_budget:
-        return job, None, None
+        return job, None
     table = sample_rows(job, job.quality.sample_rows)
     budget = TRIAL_BUDGET if needs_budget else job.batching.max_tokens
     chosen, decision = choose_precision(job, model_path, table, budget, accept)
@@ -195,7 +194,7 @@ def settle(
         decision["batching"] = choose_budget(job, chosen, table)
         log.info("max_tokens = auto: %s", decision["batching"]["why"])
     log.info("precision %s: %s", chosen.precision, decision["precision"]["why"])
-    return concrete(job, decision), decision, chosen
+    return concrete(job, decision), decision
 
 
 def concrete(job: Job, decision: dict[str, Any]) -> Job:

@@ -7,7 +7,9 @@ from batchscore.errors import BatchscoreError, JobError
 from batchscore.executor import check_precision, resolve_device
 from batchscore.models import check_model, input_kinds
 from batchscore.models.locate import locate
+from batchscore.plan import check_where
 from batchscore.reader import check_columns, find_shards, open_shard
+from batchscore.rowfilter import RowFilter
 
 
 def validate_job(job: Job) -> list[str]:
@@ -20,9 +22,11 @@ def validate_job(job: Job) -> list[str]:
         problems.append(str(exc))
         shards = []
     rows = 0
+    rows_filter = RowFilter(job.input.where) if job.input.where is not None else None
     for shard in shards:
         try:
             pf = open_shard(shard)
+            check_where(rows_filter, shard, pf.schema_arrow)
             kinds = input_kinds(job.model.task, job.input, job.task)
             check_columns(shard, pf.schema_arrow, job.input.carried, kinds)
             rows += pf.metadata.num_rows
@@ -42,6 +46,13 @@ def validate_job(job: Job) -> list[str]:
         facts.append(f"device: {device}, precision {job.model.precision}")
     except BatchscoreError as exc:
         problems.append(str(exc))
+    if job.engine == "ray":
+        try:
+            from batchscore.engines.ray import import_ray
+
+            facts.append(f"engine: ray {import_ray().__version__}")
+        except BatchscoreError as exc:
+            problems.append(str(exc))
     if problems:
         raise JobError([f"{job.source}: {p}" for p in problems])
     return facts

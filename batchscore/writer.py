@@ -1,7 +1,8 @@
 """Writer: append a chunk's scored windows to a temporary Parquet file, then publish it whole.
 
-The temporary file lives under ``_batchscore/tmp`` (dataset readers skip ``_`` folders), is
-fsynced, checked against the expected row count, and only then renamed into place. The caller
+The temporary file is staged locally (under ``_batchscore/tmp`` for a local output, which
+dataset readers skip), made durable, checked against the expected row count, and only then
+published: renamed into place in a folder, uploaded whole to an object store. The caller
 records the commit afterwards; see `batchscore.checkpoint`.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,15 +17,17 @@ import pyarrow.parquet as pq
 from batchscore import faults
 from batchscore.checkpoint import part_name
 from batchscore.errors import WriteError
-from batchscore.fsio import fsync_file, publish, write_error
+from batchscore.fsio import write_error
+from batchscore.storage import Store
 
 
 class ChunkWriter:
     """Writes one chunk's output file."""
 
-    def __init__(self, output: Path, tmp_dir: Path, key: str, schema: pa.Schema) -> None:
-        self.final = output / part_name(key)
-        self.tmp = tmp_dir / f"{part_name(key)}.{os.getpid()}.tmp"
+    def __init__(self, store: Store, key: str, schema: pa.Schema) -> None:
+        self.store = store
+        self.final = part_name(key)
+        self.tmp = store.staging / f"{part_name(key)}.{os.getpid()}.tmp"
         self.schema = schema
         self.rows = 0
         try:
@@ -43,27 +45,27 @@ class ChunkWriter:
             raise write_error(self.tmp, exc) from exc
         self.rows += table.num_rows
 
-    def publish(self, expected_rows: int) -> Path:
-        """Close, fsync, verify and rename into place; the chunk is not yet committed."""
+    def publish(self, expected_rows: int) -> str:
+        """Close, make durable, verify and publish; the chunk is not yet committed."""
         try:
             self.writer.close()
             faults.hit("after-temp-write")
-            fsync_file(self.tmp)
+            self.store.sync(self.tmp)
             faults.hit("after-fsync")
             written = pq.read_metadata(self.tmp).num_rows
             if written != expected_rows:
                 raise WriteError(
                     f"{self.tmp}: holds {written} rows, expected {expected_rows}; not published"
                 )
-            publish(self.tmp, self.final)
+            self.store.publish(self.tmp, self.final)
             faults.hit("after-rename")
         except OSError as exc:
             self.abort()
-            raise write_error(self.final, exc) from exc
+            raise write_error(self.store.where(self.final), exc) from exc
         except WriteError:
             self.abort()
             raise
-        return self.final
+        return self.store.where(self.final)
 
     def abort(self) -> None:
         """Drop the temporary file; nothing of this attempt becomes visible."""
@@ -72,13 +74,13 @@ class ChunkWriter:
         self.tmp.unlink(missing_ok=True)
 
 
-def write_table(table: pa.Table, tmp_dir: Path, final: Path) -> None:
-    """Publish a small table whole (temp, fsync, rename), e.g. a chunk's rejected rows."""
-    tmp = tmp_dir / f"{final.name}.{os.getpid()}.tmp"
+def write_table(table: pa.Table, store: Store, rel: str) -> None:
+    """Publish a small table whole (stage, sync, publish), e.g. a chunk's rejected rows."""
+    tmp = store.staging / f"{rel.replace('/', '_')}.{os.getpid()}.tmp"
     try:
         pq.write_table(table, tmp)
-        fsync_file(tmp)
-        publish(tmp, final)
+        store.sync(tmp)
+        store.publish(tmp, rel)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise write_error(final, exc) from exc
+        raise write_error(store.where(rel), exc) from exc

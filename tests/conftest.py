@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +99,64 @@ def read_output(folder: Path) -> pa.Table:
     """Read an output folder as the contract says: every *.parquet, sorted by name, in order."""
     files = sorted(folder.glob("*.parquet"))
     return pa.concat_tables(pq.read_table(f) for f in files) if files else pa.table({})
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3-compatible server (moto's) on a loopback port, for this test session.
+
+    Clients find it the way they would find any S3 endpoint: through the standard AWS
+    variables (``AWS_ENDPOINT_URL`` and credentials), set here for this process and the
+    subprocesses it starts, and restored afterwards. Yields the endpoint URL.
+    """
+    pytest.importorskip("moto", reason="the S3 tests need moto[server] (the dev extra)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path_factory.mktemp("moto") / "server.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    settings = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, "moto server exited"
+                assert time.time() < deadline, "moto server did not start"
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def bucket(s3_server: str, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty bucket on the test server; yields its ``s3://`` URL."""
+    import boto3
+
+    name = "t-" + "".join(c for c in request.node.name.lower() if c.isalnum())[:40]
+    name += f"-{time.time_ns() % 10**9}"
+    boto3.client("s3").create_bucket(Bucket=name)
+    return f"s3://{name}"

@@ -13,8 +13,8 @@ PARTS = {"task": "embed", "model": "m", "precision": "fp32"}
 
 
 def commit(ckpt: Checkpoint, key: str) -> None:
-    (ckpt.output / part_name(key)).write_bytes(b"data")
-    ckpt.commit({"chunk": key, "rows": 1})
+    (Path(ckpt.output) / part_name(key)).write_bytes(b"data")
+    ckpt.commit({"chunk": key, "file": part_name(key), "rows": 1})
 
 
 def test_fingerprint_is_stable_and_order_free():
@@ -48,7 +48,7 @@ def test_sweep_removes_unrecorded_files_only(tmp_path: Path):
     commit(ckpt, "00000-00000")
     (tmp_path / part_name("00000-00001")).write_bytes(b"crashed before its record")
     (ckpt.tmp_dir / "part-00000-00002.parquet.123.tmp").write_bytes(b"half")
-    removed = {p.name for p in ckpt.sweep()}
+    removed = {Path(p).name for p in ckpt.sweep()}
     assert removed == {"part-00000-00001.parquet", "part-00000-00002.parquet.123.tmp"}
     assert [p.name for p in tmp_path.glob("part-*")] == ["part-00000-00000.parquet"]
 

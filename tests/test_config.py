@@ -49,9 +49,9 @@ def test_all_errors_at_once_each_naming_file_and_key(tmp_path: Path):
     )
     found = problems(path)
     expected = [
-        '[model].precision: expected one of fp32, fp16, bf16, got "fp61"',
+        '[model].precision: expected one of fp32, fp16, bf16, int8, auto, got "fp61"',
         '[model].max_lenght: unknown key (did you mean "max_length"?)',
-        '[batching].max_tokens: expected an integer, got "lots"',
+        '[batching].max_tokens: expected an integer or one of auto, got "lots"',
         "[batching].max_rows: must be at least 1, got 0",
         '[outptu]: unknown section (did you mean "output"?)',
     ]
@@ -121,3 +121,21 @@ def test_each_stage_gets_its_own_section(tmp_path: Path):
 def test_every_shipped_job_loads(path: Path):
     job = load_job(path)
     assert job.output.path and job.input.path
+
+
+def test_engine_ray_section_and_where(tmp_path: Path):
+    job = load_job(minimal(tmp_path), ['engine="ray"', 'ray.address="auto"', "ray.num_gpus=1"])
+    assert job.engine == "ray" and job.ray.address == "auto" and job.ray.num_gpus == 1.0
+    assert load_job(minimal(tmp_path)).engine == "local"
+    found = problems(
+        minimal(tmp_path, input={"where": "lang = = 'en'"}, ray={"actor": 2}),
+        ['engine="spark"'],
+    )
+    assert any('engine: expected one of local, ray, got "spark"' in p for p in found)
+    assert any('[ray].actor: unknown key (did you mean "actors"?)' in p for p in found)
+    assert any("[input].where: not a SQL predicate polars can read" in p for p in found)
+
+
+def test_urls_pass_through_unresolved(tmp_path: Path):
+    job = load_job(minimal(tmp_path), ['input.path="s3://b/docs/"', 'output.path="s3://b/out"'])
+    assert job.input.path == ("s3://b/docs/",) and job.output.path == "s3://b/out"

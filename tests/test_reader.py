@@ -104,3 +104,15 @@ def test_corrupt_file_is_named(tmp_path: Path):
     shard = find_shards(InputConfig(path=(str(bad),)))[0]
     with pytest.raises(InputDataError, match=r"bad\.parquet: not a readable Parquet file"):
         open_shard(shard)
+
+
+def test_object_store_errors_are_transient_unless_about_the_data():
+    from batchscore.reader import is_transient
+
+    network = "AWS Error NETWORK_CONNECTION during GetObject operation: curlCode: 7"
+    assert is_transient(OSError(network))
+    assert is_transient(OSError("AWS Error SLOW_DOWN during GetObject operation"))
+    assert not is_transient(OSError("AWS Error ACCESS_DENIED during GetObject operation"))
+    assert not is_transient(OSError("AWS Error NO_SUCH_KEY during HeadObject operation"))
+    assert not is_transient(OSError("Couldn't deserialize thrift: TProtocolException"))
+    assert not is_transient(ValueError("AWS Error NETWORK_CONNECTION"))

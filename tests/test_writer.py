@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.errors import WriteError
+from batchscore.storage.local import LocalStore
 from batchscore.writer import ChunkWriter
 
 SCHEMA = pa.schema([("id", pa.string()), ("embedding", pa.list_(pa.float32()))])
@@ -34,8 +35,9 @@ def visible(folder: Path) -> list[str]:
 )
 def test_round_trip(tmp_path_factory, windows):
     out = tmp_path_factory.mktemp("out")
-    (out / "_tmp").mkdir()
-    writer = ChunkWriter(out, out / "_tmp", "00000-00000", SCHEMA)
+    store = LocalStore(out)
+    store.prepare()
+    writer = ChunkWriter(store, "00000-00000", SCHEMA)
     for rows in windows:
         writer.append(pa.table({"id": [r[0] for r in rows], "embedding": [r[1] for r in rows]},
                                schema=SCHEMA))  # fmt: skip
@@ -43,7 +45,7 @@ def test_round_trip(tmp_path_factory, windows):
     expected = [r for rows in windows for r in rows]
     path = writer.publish(len(expected))
     assert visible(out) == ["part-00000-00000.parquet"]
-    assert list((out / "_tmp").iterdir()) == []
+    assert list(store.staging.iterdir()) == []
     back = pq.read_table(path)
     assert back.schema == SCHEMA
     assert back.column("id").to_pylist() == [r[0] for r in expected]
@@ -52,8 +54,9 @@ def test_round_trip(tmp_path_factory, windows):
 
 
 def test_row_count_is_checked_before_publishing(tmp_path: Path):
-    (tmp_path / "_tmp").mkdir()
-    writer = ChunkWriter(tmp_path, tmp_path / "_tmp", "00000-00000", SCHEMA)
+    store = LocalStore(tmp_path)
+    store.prepare()
+    writer = ChunkWriter(store, "00000-00000", SCHEMA)
     writer.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
     with pytest.raises(WriteError, match="holds 1 rows, expected 2"):
         writer.publish(2)
@@ -61,8 +64,9 @@ def test_row_count_is_checked_before_publishing(tmp_path: Path):
 
 
 def test_abort_leaves_nothing(tmp_path: Path):
-    (tmp_path / "_tmp").mkdir()
-    writer = ChunkWriter(tmp_path, tmp_path / "_tmp", "00001-00002", SCHEMA)
+    store = LocalStore(tmp_path)
+    store.prepare()
+    writer = ChunkWriter(store, "00001-00002", SCHEMA)
     writer.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
     writer.abort()
-    assert visible(tmp_path) == [] and list((tmp_path / "_tmp").iterdir()) == []
+    assert visible(tmp_path) == [] and list(store.staging.iterdir()) == []

@@ -1,0 +1,78 @@
+"""`[input].where`: a SQL predicate over input columns (polars SQL), applied window by window.
+
+The filter runs in the reader thread on each bounded window, so memory stays bounded however
+selective it is. A row whose predicate is false or NULL (SQL's three-valued logic) is dropped:
+it is counted, never written. Chunks stay fixed row ranges of the unfiltered shard, so a
+resumed run filters exactly the same rows again.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+
+@functools.cache
+def parse(where: str) -> Any:
+    """The polars expression for ``where``; raises ValueError saying why it does not parse."""
+    import polars as pl
+
+    try:
+        return pl.sql_expr(where)
+    except Exception as exc:  # polars raises its own SQL error types
+        raise ValueError(f"not a SQL predicate polars can read: {exc}") from None
+
+
+def where_problem(where: str) -> str | None:
+    """What is wrong with a predicate on its own, before any input is seen; None when nothing."""
+    if not where.strip():
+        return "is empty; remove the key to keep every row"
+    try:
+        parse(where)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """A parsed `where`, with the input columns it reads."""
+
+    where: str
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(parse(self.where).meta.root_names()))
+
+    def check(self, schema: pa.Schema) -> str | None:
+        """What is wrong with the predicate over a shard of this schema; None when nothing."""
+        import polars as pl
+
+        missing = [c for c in self.columns if c not in schema.names]
+        if missing:
+            return (
+                f"names column(s) {', '.join(missing)} the input lacks; "
+                f"it has {', '.join(schema.names)}"
+            )
+        try:
+            empty = pl.from_arrow(schema.empty_table().select(list(self.columns)))
+            kind = empty.select(parse(self.where)).to_series().dtype
+        except Exception as exc:  # a type error inside the expression, say
+            return f"cannot be evaluated over the input's columns: {exc}"
+        if kind not in (pl.Boolean, pl.Null):
+            return f"is {kind}, not true or false; write a comparison, e.g. lang = 'en'"
+        return None
+
+    def keep(self, table: pa.Table) -> np.ndarray:
+        """Positions of the window rows that pass, in order."""
+        import polars as pl
+
+        frame = pl.from_arrow(table.select(list(self.columns))) if self.columns else None
+        if frame is None or not isinstance(frame, pl.DataFrame):
+            frame = pl.DataFrame({"_": np.zeros(table.num_rows, dtype=np.int8)})
+        rows = frame.with_row_index("__row").filter(parse(self.where))["__row"]
+        return rows.to_numpy().astype(np.int64)

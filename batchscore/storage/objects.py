@@ -1,0 +1,106 @@
+"""An output folder in an object store (S3 and the like) over `pyarrow.fs`.
+
+There is no rename in an object store; what makes publishing safe instead is that an object
+becomes visible only when its upload completes, whole, and an upload that is cut off (the
+process killed, the network gone) never completes. So a file is staged locally, checked, and
+uploaded in one piece to its final key. Two cautions that shape the code:
+
+- pyarrow completes an upload when its stream is closed, also from a ``with`` block that is
+  unwinding an exception, or from the stream's destructor. So the stream is never closed
+  early: the staged file is handed to a single ``write`` as one buffer (no Python code runs
+  between the bytes), and a failure of any part upload makes ``close`` fail without
+  completing. The size of the published object is then checked against the staged file.
+- A killed upload leaves an incomplete multipart upload that is not visible but is billed until
+  aborted: give the bucket a lifecycle rule that aborts incomplete uploads after a day.
+
+The lock is local (see `batchscore.lock`): it guards a job on one machine, not across machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from batchscore.errors import WriteError
+from batchscore.storage import to_url
+
+
+def local_folder(url: str) -> Path:
+    """This machine's folder for an object-store output: its lock and staged files.
+
+    Keyed by the output URL, so every run of one job on this machine meets the same lock.
+    """
+    digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"batchscore-{uid}" / digest
+
+
+class ObjectStore:
+    """An output "folder" that is a key prefix in a bucket."""
+
+    def __init__(self, url: str, fs: pafs.FileSystem, base: str) -> None:
+        self.url, self.fs, self.base = url.rstrip("/"), fs, base
+        local = local_folder(self.url)
+        self.staging = local / "tmp"
+        self.lock_path = local / "lock"
+
+    def key(self, rel: str) -> str:
+        return f"{self.base}/{rel}".rstrip("/")
+
+    def where(self, rel: str) -> str:
+        return to_url(self.url, self.key(rel))
+
+    def prepare(self, *rel_dirs: str) -> None:
+        self.staging.mkdir(parents=True, exist_ok=True)  # prefixes need no creating
+
+    def read_text(self, rel: str) -> str | None:
+        try:
+            with self.fs.open_input_stream(self.key(rel)) as fh:
+                return fh.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def write_json(self, rel: str, data: Any) -> None:
+        payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+        self.upload(pa.py_buffer(payload), rel)
+
+    def names(self, rel_dir: str) -> list[str]:
+        selector = pafs.FileSelector(self.key(rel_dir), allow_not_found=True)
+        infos = self.fs.get_file_info(selector)
+        return [i.base_name for i in infos if i.type == pafs.FileType.File]
+
+    def delete(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self.key(rel))
+
+    def barrier(self, rel_dir: str) -> None:
+        """Nothing to wait for: deletes are strongly consistent in S3 (and GCS, Azure)."""
+
+    def sync(self, local: Path) -> None:
+        """Nothing: the staged file is only a source for the upload, which is the durable step."""
+
+    def publish(self, local: Path, rel: str) -> None:
+        with pa.memory_map(str(local)) as source:
+            self.upload(source.read_buffer(), rel)
+        local.unlink(missing_ok=True)
+
+    def upload(self, buffer: pa.Buffer, rel: str) -> None:
+        """Upload ``buffer`` as the whole object ``rel``, then check what landed."""
+        key = self.key(rel)
+        stream = self.fs.open_output_stream(key)
+        stream.write(buffer)  # one call: the bytes go out as a whole, or the close fails
+        stream.close()  # completes the upload: the object becomes visible here
+        landed = self.fs.get_file_info(key).size
+        if landed != buffer.size:
+            self.delete(rel)
+            raise WriteError(
+                f"{self.where(rel)}: {landed} bytes landed, {buffer.size} were sent; removed it"
+            )
