@@ -89,7 +89,7 @@ def embed_job(tmp_path: Path, shards: Path) -> Path:
     return write_job(
         tmp_path / "embed.toml",
         input={"path": "in", "text": "text", "id": "doc_id", "keep": ["kind"]},
-        model={"task": "embed", "max_length": 128},
+        model={"task": "embed", "max_length": 128, "threads": 1},
         batching={"max_tokens": 4096, "window_rows": 64},
         output={"path": "out", "chunk_rows": 50},
     )

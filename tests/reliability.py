@@ -25,7 +25,7 @@ def make_job(folder: Path, corpus: pa.Table, chunk_rows: int = 15) -> Path:
     return write_job(
         folder / "job.toml",
         input={"path": "in", "text": "text", "id": "doc_id"},
-        model={"task": "embed", "max_length": 64},
+        model={"task": "embed", "max_length": 64, "threads": 1},
         batching={"max_tokens": 1024, "window_rows": chunk_rows},
         output={"path": "out", "chunk_rows": chunk_rows},
     )

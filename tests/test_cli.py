@@ -34,7 +34,9 @@ def test_validate_ok_and_bad(embed_job: Path, tmp_path: Path):
     bad = invoke("validate", str(embed_job), "--set", "model.precision=fp61",
                  "--set", "input.text=body")  # fmt: skip
     assert bad.exit_code == 2
-    assert '[model].precision: expected one of fp32, fp16, bf16, int8, auto, got "fp61"' in bad.stderr
+    assert (
+        '[model].precision: expected one of fp32, fp16, bf16, int8, auto, got "fp61"' in bad.stderr
+    )
 
 
 def test_validate_reports_missing_columns_and_inputs(embed_job: Path, tmp_path: Path):

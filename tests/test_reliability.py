@@ -24,6 +24,7 @@ from tests.reliability import (
     run_cli,
 )
 
+SOAK_CHUNK = 5  # rows per chunk in the kill soaks: many commits, so kills land all through a run
 CRASH_POINTS = ["after-temp-write", "after-fsync", "after-rename", "before-record",
                 "after-record", "model-batch"]  # fmt: skip
 
@@ -78,7 +79,7 @@ def soak(job: Path, clean: pa.Table, kills: int, seed: int) -> None:
 
     while len(landed) < kills:
         before = commits()
-        assert before < len(clean) // 10, "the job finished before every kill landed"
+        assert before < len(clean) // SOAK_CHUNK, "the job finished before every kill landed"
         proc = run_cli(job)
         wanted = before + rng.choice([0, 1, 1, 2])  # commits to wait for, then a random delay
         while proc.poll() is None and commits() < wanted:
@@ -103,14 +104,14 @@ def corpus360(small_corpus) -> pa.Table:
 
 @pytest.fixture(scope="module")
 def clean360(tmp_path_factory, corpus360) -> pa.Table:
-    job = make_job(tmp_path_factory.mktemp("clean360"), corpus360, chunk_rows=10)
+    job = make_job(tmp_path_factory.mktemp("clean360"), corpus360, chunk_rows=SOAK_CHUNK)
     run_job(load_job(job))
     return read_output(job.parent / "out")
 
 
 @pytest.fixture
 def job360(tmp_path: Path, corpus360) -> Path:
-    return make_job(tmp_path, corpus360, chunk_rows=10)
+    return make_job(tmp_path, corpus360, chunk_rows=SOAK_CHUNK)
 
 
 def test_random_kills(job360: Path, clean360):
@@ -119,11 +120,12 @@ def test_random_kills(job360: Path, clean360):
 
 @pytest.mark.soak
 def test_random_kills_soak(tmp_path: Path, small_corpus, corpus):
-    """100 kills: a job over 1,200 texts in 10-row chunks (120 chunks)."""
+    """100 kills: a job over 1,200 texts in 5-row chunks (240 chunks)."""
     bigger = corpus.take(list(range(0, 1200)))
-    reference = make_job(tmp_path / "clean", bigger, chunk_rows=10)
+    reference = make_job(tmp_path / "clean", bigger, chunk_rows=SOAK_CHUNK)
     run_job(load_job(reference))
-    soak(make_job(tmp_path / "soak", bigger, chunk_rows=10), read_output(tmp_path / "clean/out"),
+    job = make_job(tmp_path / "soak", bigger, chunk_rows=SOAK_CHUNK)
+    soak(job, read_output(tmp_path / "clean/out"),
          kills=100, seed=1)  # fmt: skip
 
 
