@@ -125,8 +125,7 @@ def test_random_kills_soak(tmp_path: Path, small_corpus, corpus):
     reference = make_job(tmp_path / "clean", bigger, chunk_rows=SOAK_CHUNK)
     run_job(load_job(reference))
     job = make_job(tmp_path / "soak", bigger, chunk_rows=SOAK_CHUNK)
-    soak(job, read_output(tmp_path / "clean/out"),
-         kills=100, seed=1)  # fmt: skip
+    soak(job, read_output(tmp_path / "clean/out"), kills=100, seed=1)
 
 
 @pytest.mark.parametrize(
