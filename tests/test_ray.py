@@ -43,9 +43,8 @@ def ray_instance():
 
 
 def ray_job(folder: Path, corpus: pa.Table, chunk_rows: int = 10) -> Path:
-    job = make_job(folder, corpus, chunk_rows=chunk_rows)
-    text = job.read_text().replace("[model]\n", "[model]\nthreads = 1\n")
-    job.write_text('engine = "ray"\n' + text)
+    job = make_job(folder, corpus, chunk_rows=chunk_rows)  # one thread per model already
+    job.write_text('engine = "ray"\n' + job.read_text())
     return job
 
 
