@@ -345,6 +345,8 @@ def score_pending(
         task = engine.load(model_path, stats, len(todo.chunks))
         stats.load_s = time.perf_counter() - loaded
         context.update(device=engine.device, precision=engine.precision)
+        if engine.quantization:
+            context["int8"] = engine.quantization
         committer = Committer(job.output, ckpt, output_schema(job, todo.carried, task), stats)
         bar = Progress(sum(c.rows for c in todo.chunks), progress)
         sink: Sink[Scored] = Sink(committer, depth=2)

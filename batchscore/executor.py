@@ -16,8 +16,16 @@ import torch
 
 from batchscore.config import ModelConfig
 from batchscore.errors import JobError
+from batchscore.int8_linear import int8_available
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# int8 is a transform of an fp32 model (see `batchscore.quantize`): its Linear layers go int8 once
+# the job's calibration rows have been seen; everything else stays in float32.
+DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "int8": torch.float32,
+}
 T = TypeVar("T")
 
 
@@ -55,6 +63,8 @@ def fast_precisions(device: torch.device) -> list[str]:
         fast.append("bf16")
     if torch.ops.mkldnn._is_mkldnn_fp16_supported():
         fast.append("fp16")
+    if int8_available():
+        fast.append("int8")
     return fast
 
 
@@ -77,6 +87,8 @@ class Executor:
         self.precision = model.precision
         self.dtype = DTYPES[model.precision]
         self.busy_s = 0.0
+        self.prepared: list[torch.nn.Module] = []  # what int8 calibration will quantize
+        self.quantization = ""  # what int8 did, for the run report
         if self.device.type == "cpu":
             # One intra-op thread per core: more threads only fight over the same cores.
             torch.set_num_threads(model.threads or available_cores())
@@ -85,6 +97,7 @@ class Executor:
         """Cast once, move once, switch to inference behaviour (no dropout, no grad)."""
         module = module.to(device=self.device, dtype=self.dtype).eval()
         module.requires_grad_(False)
+        self.prepared.append(module)
         return module
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:

@@ -73,6 +73,7 @@ def summary(report: dict[str, Any]) -> str:
                 if report.get("filtered")
                 else []
             ),
+            *([f"  int8: {report['int8']}"] if report.get("int8") else []),
             *(
                 [f"  ray: {report['actors_replaced']} model actor(s) died and were replaced"]
                 if report.get("actors_replaced")

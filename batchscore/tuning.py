@@ -4,6 +4,8 @@
   refused when the two agree less than `[quality]` demands (see `batchscore.quality`).
 - ``precision = "auto"``: every precision the device runs natively is timed on those rows, and
   the fastest one that passes the gate is chosen.
+- ``precision = "int8"``: which Linear layers may run in int8 is measured on those rows too,
+  every time the model loads (see `batchscore.quantize`); the gate then judges the result.
 - ``max_tokens = "auto"``: batch budgets are timed on those rows (with the chosen precision),
   and the fastest that fits in memory is chosen.
 
@@ -22,12 +24,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from batchscore.config import Job
-from batchscore.errors import QualityGateError
+from batchscore.errors import ModelError, QualityGateError
 from batchscore.executor import Executor, fast_precisions, resolve_device
-from batchscore.models import Task, input_kinds, load_task
+from batchscore.models import Task, generates, input_kinds, load_task
 from batchscore.quality import Agreement, measure
+from batchscore.quantize import quantize_int8
 from batchscore.reader import find_shards, iter_batches, open_shard
 from batchscore.sampler import restore
 from batchscore.scoring import cut, is_out_of_memory
@@ -79,11 +83,69 @@ def sample_rows(job: Job, rows: int) -> pa.Table:
     return pa.Table.from_batches(parts) if parts else pa.table({c: [] for c in columns})
 
 
+def load(job: Job, model_path: Path, executor: Executor, table: pa.Table | None = None) -> Task:
+    """Load the job's task; at int8, quantize it on half of ``table`` (the gate's sample rows).
+
+    The calibration is deterministic, so every load of one job (the gate's trial, the run, each
+    Ray replica) picks the same layers.
+    """
+    model = dataclasses.replace(job.model, precision=executor.precision)
+    task = load_task(model_path, model, job.task, job.input, executor)
+    if executor.precision == "int8":
+        if generates(model, model_path):
+            raise ModelError(
+                f'[model].precision: "int8" measures quality by comparing output vectors, and '
+                f"{model_path} generates text; use fp32 or bf16 for generation"
+            )
+        if table is None:
+            table = sample_rows(job, job.quality.sample_rows)
+        # Every other row: the gate then measures on the whole sample, half of it unseen here.
+        table = table.take(np.arange(0, table.num_rows, 2))
+        budget = job.batching.max_tokens
+        quantize(job, task, executor, table, budget if isinstance(budget, int) else TRIAL_BUDGET)
+    return task
+
+
+def quantize(job: Job, task: Task, executor: Executor, table: pa.Table, budget: int) -> None:
+    """Swap the model's Linear layers for int8 ones, keeping in float those the rows need.
+
+    The calibration compares each row's output vector with fp32's by cosine, against
+    `[quality].min_cosine`; a one-number output (a regressor) is compared batch-wide instead,
+    since the cosine of two single numbers only tells their signs apart.
+    """
+    encoded = task.encode(table)
+    batches = cut(
+        encoded.lengths + encoded.reserve,
+        np.arange(len(encoded.lengths)),
+        budget,
+        job.batching.max_rows,
+        task.bucketing,
+    )
+    if not batches:
+        raise ModelError("int8 calibrates on the job's first rows, and none of them can be scored")
+
+    def forward(module: torch.nn.Module, batch: np.ndarray) -> torch.Tensor:
+        out = np.asarray(task.forward(encoded, batch), dtype=np.float32).reshape(len(batch), -1)
+        return torch.from_numpy(out if out.shape[1] > 1 else out.reshape(1, -1))
+
+    report = None
+    if executor.prepared:  # TorchScript and torch.export models are loaded as they are
+        module = executor.prepared[-1]
+        _, report = quantize_int8(module, batches, forward, min_cosine=job.quality.min_cosine)
+    if report is None or not report.quantized:
+        raise ModelError(
+            f'[model].precision: "int8" found no torch.nn.Linear layer to quantize in '
+            f"{job.model.path or job.model.name} (TorchScript and torch.export models hide them); "
+            "use fp32 or bf16"
+        )
+    executor.quantization = report.summary()
+    log.info("int8: %s", executor.quantization)
+
+
 def trial(job: Job, model_path: Path, precision: str, table: pa.Table, max_tokens: int) -> Trial:
     """Load the model at ``precision``, score ``table`` twice, time the second (warm) pass."""
-    model = dataclasses.replace(job.model, precision=precision)
-    executor = Executor(model)
-    task = load_task(model_path, model, job.task, job.input, executor)
+    executor = Executor(dataclasses.replace(job.model, precision=precision))
+    task = load(job, model_path, executor, table)
     encoded = task.encode(table)
     sizes = encoded.lengths + encoded.reserve
     units = np.arange(len(sizes))
@@ -111,6 +173,8 @@ def choose_precision(
     device = resolve_device(job.model.device)
     auto = wanted == "auto"
     candidates = [p for p in fast_precisions(device) if p != "fp32"] if auto else [wanted]
+    if auto and generates(job.model, model_path):
+        candidates = [p for p in candidates if p != "int8"]
     best, measured = reference, [reference.describe()]
     for precision in candidates:
         candidate = trial(job, model_path, precision, table, budget)

@@ -195,6 +195,7 @@ def main() -> None:
     variants = {
         "batchscore fp32": ("fp32", []),
         "batchscore bf16": ("bf16", []),
+        "batchscore int8": ("int8", []),
         "naive fp32 (sort=false, 32 rows)": (
             "fp32",
             ["batching.sort=false", "batching.max_rows=32"],
@@ -240,7 +241,7 @@ def main() -> None:
             start_s = process - median(rs, "wall_s") + median(rs, "load_s")
             eff, busy = median(rs, "padding_efficiency"), median(rs, "model_busy_share")
             tokens_s = median(rs, "tokens_per_s")
-        precision = "bf16" if "bf16" in name else "fp32"
+        precision = "bf16" if "bf16" in name else "fp32"  # int8: its share of the fp32 peak
         share = flops / steady_s / 1e9 / peak[precision]
         summary[name] = {"process_s": process, "steady_s": steady_s}
         print(
@@ -250,12 +251,18 @@ def main() -> None:
         )
 
     fp32, bf16 = summary["batchscore fp32"], summary["batchscore bf16"]
+    int8 = summary["batchscore int8"]
     naive, st = summary["naive fp32 (sort=false, 32 rows)"], summary["sentence-transformers"]
     ratios = {
         "fp32 vs sentence-transformers, whole process": st["process_s"] / fp32["process_s"],
         "fp32 vs naive, whole process": naive["process_s"] / fp32["process_s"],
         "bf16 vs fp32, steady state (model busy)": fp32["steady_s"] / bf16["steady_s"],
         "bf16 vs fp32, whole process": fp32["process_s"] / bf16["process_s"],
+        "int8 vs fp32, steady state (model busy)": fp32["steady_s"] / int8["steady_s"],
+        "int8 vs bf16, steady state (model busy)": bf16["steady_s"] / int8["steady_s"],
+        "int8 vs fp32, whole process (calibration included)": (
+            fp32["process_s"] / int8["process_s"]
+        ),
     }
     print("\nratios (higher is better for batchscore):")
     for what, ratio in ratios.items():
@@ -263,6 +270,9 @@ def main() -> None:
     reference = embeddings(jobs["batchscore fp32"].parent / "out")
     low, mean = cosines(embeddings(jobs["batchscore bf16"].parent / "out"), reference)
     print(f"  bf16 vs fp32 cosine min / mean: {low:.5f} / {mean:.5f}")
+    low, mean = cosines(embeddings(jobs["batchscore int8"].parent / "out"), reference)
+    print(f"  int8 vs fp32 cosine min / mean: {low:.5f} / {mean:.5f}")
+    print(f"  int8: {runs['batchscore int8'][-1].get('int8', '?')}")
     low, mean = cosines(np.load(work / "st.npy"), reference)
     print(f"  sentence-transformers vs batchscore fp32 cosine min / mean: {low:.6f} / {mean:.6f}")
     if not args.no_rss:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -16,6 +17,7 @@ from batchscore.config import load_job
 from batchscore.driver import run_job
 from batchscore.errors import QualityGateError
 from batchscore.executor import fast_precisions
+from batchscore.int8_linear import int8_available
 from batchscore.tuning import BUDGETS
 from tests.conftest import read_output
 from tests.reliability import make_job
@@ -63,6 +65,20 @@ def test_auto_precision_picks_the_fastest_that_passes(job: Path):
     assert decision["precision"] in ["fp32", *FAST] and report["precision"] == decision["precision"]
     assert len(decision["trials"]) == 1 + len(FAST)
     assert decision["why"].startswith("the fastest that passes the quality gate")
+
+
+@pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
+def test_int8_is_calibrated_on_the_jobs_rows_and_keeps_quality(tmp_path: Path, small_corpus):
+    rows = small_corpus.slice(0, 90)
+    reference = run_job(load_job(make_job(tmp_path / "fp32", rows)))
+    sets = ["model.precision=int8", "quality.sample_rows=40"]
+    report = run_job(load_job(make_job(tmp_path / "int8", rows), sets))
+    assert report["precision"] == "int8" and report["rows"] == reference["rows"] == 90
+    assert "Linear layers in int8" in report["int8"] and "calibration 20 rows" in report["int8"]
+    assert report["settled"]["precision"]["agreement"]["cosine_min"] >= 0.99
+    fp32 = np.array(read_output(tmp_path / "fp32/out")["embedding"].to_pylist())
+    int8 = np.array(read_output(tmp_path / "int8/out")["embedding"].to_pylist())
+    assert (fp32 * int8).sum(axis=1).min() >= 0.99  # every row, 70 of them never calibrated on
 
 
 def test_auto_budget_is_measured_and_used(job: Path):

@@ -30,6 +30,7 @@ class Engine(Protocol):
 
     device: str  # where the model runs, for the report
     precision: str
+    quantization: str  # what int8 did at load ("" at other precisions)
     busy_s: float  # model time, summed over every model replica
 
     def load(self, model_path: Path, stats: RunStats, chunks: int) -> Any:

@@ -8,10 +8,11 @@ from batchscore.committer import Scored
 from batchscore.config import Job
 from batchscore.driver import Scorer, windows
 from batchscore.executor import Executor
-from batchscore.models import Task, load_task
+from batchscore.models import Task
 from batchscore.pipeline import Sink, prefetch
 from batchscore.reader import Chunk
 from batchscore.report import Progress, RunStats
+from batchscore.tuning import load
 
 
 class LocalEngine:
@@ -22,14 +23,15 @@ class LocalEngine:
         self.executor = Executor(job.model)  # checks device and precision before any work
         self.device, self.precision = str(self.executor.device), self.executor.precision
         self.task: Task | None = None
+        self.quantization = ""
 
     @property
     def busy_s(self) -> float:
         return self.executor.busy_s
 
     def load(self, model_path: Path, stats: RunStats, chunks: int = 1) -> Task:
-        job = self.job
-        self.task = load_task(model_path, job.model, job.task, job.input, self.executor)
+        self.task = load(self.job, model_path, self.executor)
+        self.quantization = self.executor.quantization
         return self.task
 
     def score(

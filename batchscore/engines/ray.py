@@ -30,10 +30,10 @@ from batchscore.config import Job, RayConfig
 from batchscore.driver import Scorer, score_chunk
 from batchscore.errors import BatchscoreError, EngineError, JobError
 from batchscore.executor import Executor
-from batchscore.models import load_task
 from batchscore.pipeline import Sink
 from batchscore.reader import Chunk
 from batchscore.report import Progress, RunStats
+from batchscore.tuning import load
 
 log = logging.getLogger("batchscore")
 IN_FLIGHT = 2  # chunks queued per actor: one scoring, one waiting, so no actor idles
@@ -114,14 +114,15 @@ class ChunkActor:
         """Load the model; return the task's columns and where it runs."""
         if self.scorer is None:
             executor = Executor(self.model)
-            job = self.job
-            task = load_task(self.model_path, self.model, job.task, job.input, executor)
+            job = replace(self.job, model=self.model)
+            task = load(job, self.model_path, executor)
             self.scorer = Scorer(job, task, executor, RunStats(), Progress(0, "off"))
         executor = self.scorer.executor
         return {
             "columns": self.scorer.task.columns,
             "device": str(executor.device),
             "precision": executor.precision,
+            "quantization": executor.quantization,
             "pid": os.getpid(),
         }
 
@@ -149,6 +150,7 @@ class RayEngine:
         self.job, self.cfg = job, job.ray
         self.ray = import_ray()
         self.device, self.precision = "ray", job.model.precision
+        self.quantization = ""
         self.busy_s = 0.0
         self.actors: list[Any] = []
         self.generation: list[int] = []
@@ -190,7 +192,7 @@ class RayEngine:
         infos = self.wait([actor.load.remote() for actor in self.actors])
         first = infos[0]
         self.device = f"{first['device']} x {len(self.actors)} ray actors"
-        self.precision = first["precision"]
+        self.precision, self.quantization = first["precision"], first["quantization"]
         stats.replicas = len(self.actors)
         log.info("ray: %d model actors ready (pids %s)", len(infos), [i["pid"] for i in infos])
         return Columns(first["columns"])

@@ -42,6 +42,13 @@ def check_model(task: str, path: Path, options: Any, allow_pickle: bool = False)
         check_model_files(path, allow_pickle)
 
 
+def generates(model: ModelConfig, path: Path) -> bool:
+    """Whether the job's task generates text (its outputs are tokens, not numbers to compare)."""
+    if model.task == "summarize":
+        return is_generative(path, model.trust_remote_code)
+    return model.task == "generate"
+
+
 def load_task(
     path: Path, model: ModelConfig, options: Any, inp: InputConfig, executor: Executor
 ) -> Task:
@@ -57,4 +64,4 @@ def load_task(
     return TASKS[model.task](path, model, options, inp, executor)
 
 
-__all__ = ["TASKS", "Encoded", "Task", "check_model", "input_kinds", "load_task"]
+__all__ = ["TASKS", "Encoded", "Task", "check_model", "generates", "input_kinds", "load_task"]

@@ -18,6 +18,7 @@ from batchscore.config import GenerateConfig, InputConfig, ModelConfig, Summariz
 from batchscore.driver import run_job
 from batchscore.errors import JobError, ModelError, OutputConflictError
 from batchscore.executor import Executor
+from batchscore.int8_linear import int8_available
 from batchscore.models import load_task
 from batchscore.models.decode import Decoding, trim
 from batchscore.models.generate import GenerateTask, generative_kind
@@ -210,6 +211,15 @@ def test_summarize_with_a_generative_model_is_abstractive(tmp_path, shards, t5_p
     out = read_output(tmp_path / "out")
     assert out.column_names == ["doc_id", "summary"] and out.num_rows == 360
     assert run_job(job)["rows"] == 0
+
+
+@pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
+def test_int8_is_refused_for_generation_before_anything_is_scored(tmp_path, shards, t5_path):
+    sets = ["model.precision=int8", "quality.sample_rows=8"]
+    job = load_job(generate_job(tmp_path, t5_path, "summarize"), sets)
+    with pytest.raises(ModelError, match="generates text; use fp32 or bf16"):
+        run_job(job, accept_quality=True)
+    assert not list((tmp_path / "out").glob("*.parquet"))
 
 
 def test_summarize_prompt_with_an_encoder_is_refused(minilm_path):

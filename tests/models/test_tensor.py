@@ -17,6 +17,7 @@ from batchscore.config import InputConfig, ModelConfig, TensorConfig, load_job
 from batchscore.driver import run_job
 from batchscore.errors import InputDataError, JobError, ModelError, OutputConflictError
 from batchscore.executor import Executor
+from batchscore.int8_linear import int8_available
 from batchscore.models.factories import find_factory
 from batchscore.models.features import feature_matrix
 from batchscore.models.formats import detect
@@ -233,6 +234,26 @@ def test_tensor_job_runs_and_resumes(tmp_path, mlp):
     changed = load_job(job.source, ['input.features=["x3", "x2", "x1", "x0"]'])
     with pytest.raises(OutputConflictError):
         run_job(changed)  # the feature columns are part of the fingerprint
+
+
+@pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
+def test_int8_quantizes_a_factory_model_and_refuses_torchscript(tmp_path, mlp):
+    _, files = mlp
+    tabular_shards(tmp_path / "in")
+    sets = ["model.precision=int8", "quality.sample_rows=40"]
+    report = run_job(load_job(tensor_job(tmp_path, files["safetensors"]), sets))
+    assert report["precision"] == "int8" and report["rows"] == 120
+    assert report["int8"].startswith("2 Linear layers in int8")
+    assert report["settled"]["precision"]["agreement"]["prediction_agreement"] >= 0.95
+    script = write_job(
+        tmp_path / "script.toml",
+        input={"path": "in", "id": "id", "features": list(FEATURES)},
+        model={"task": "tensor", "path": str(files["torchscript"]), "threads": 1},
+        output={"path": "script-out"},
+        tensor={"output": "class"},
+    )
+    with pytest.raises(ModelError, match=r"no torch\.nn\.Linear layer to quantize"):
+        run_job(load_job(script, sets))
 
 
 def test_a_bad_row_fails_its_shard_naming_row_and_column(tmp_path, mlp):
