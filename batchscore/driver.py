@@ -334,7 +334,7 @@ def score_pending(
         return todo.failures
     tuning = time.perf_counter()
     recorded = ckpt.settled()
-    job, decision = settle(job, model_path, recorded, accept_quality)
+    job, decision, gated = settle(job, model_path, recorded, accept_quality)
     if decision:
         ckpt.settle(decision)
     stats.tuning_s = time.perf_counter() - tuning
@@ -342,7 +342,8 @@ def score_pending(
     engine = open_engine(job)
     try:
         loaded = time.perf_counter()
-        task = engine.load(model_path, stats, len(todo.chunks))
+        task = engine.load(model_path, stats, len(todo.chunks), gated)
+        gated = None  # the engine holds what it adopted; let the rest go
         stats.load_s = time.perf_counter() - loaded
         context.update(device=engine.device, precision=engine.precision)
         if engine.quantization:

@@ -142,21 +142,26 @@ def quantize(job: Job, task: Task, executor: Executor, table: pa.Table, budget: 
     log.info("int8: %s", executor.quantization)
 
 
-def trial(job: Job, model_path: Path, precision: str, table: pa.Table, max_tokens: int) -> Trial:
-    """Load the model at ``precision``, score ``table`` twice, time the second (warm) pass."""
+def trial(
+    job: Job, model_path: Path, precision: str, table: pa.Table, max_tokens: int, timed: bool
+) -> Trial:
+    """Load the model at ``precision`` and score ``table``; when ``timed``, score it twice and
+    time the second (warm) pass, since only a choice between precisions needs their speeds."""
     executor = Executor(dataclasses.replace(job.model, precision=precision))
     task = load(job, model_path, executor, table)
     encoded = task.encode(table)
     sizes = encoded.lengths + encoded.reserve
     units = np.arange(len(sizes))
     batches = cut(sizes, units, max_tokens, job.batching.max_rows, task.bucketing)
-    outputs = [executor.run(lambda b=b: task.forward(encoded, b)) for b in batches]  # warms up
-    before = executor.busy_s
-    for b in batches:
-        executor.run(lambda b=b: task.forward(encoded, b))
+    outputs = [executor.run(lambda b=b: task.forward(encoded, b)) for b in batches]
+    seconds = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
+    if timed:
+        for b in batches:
+            executor.run(lambda b=b: task.forward(encoded, b))
+        seconds = executor.busy_s - seconds
     results = restore(batches, outputs, np.empty((0,), dtype=np.float32))
     columns = task.finish(encoded, results) if batches else {}
-    return Trial(precision, columns, executor.busy_s - before, len(encoded.rows), task, executor)
+    return Trial(precision, columns, seconds, len(encoded.rows), task, executor)
 
 
 def choose_precision(
@@ -166,18 +171,18 @@ def choose_precision(
 
     At most two models are loaded at a time: the best so far and the one being measured.
     """
-    reference = trial(job, model_path, "fp32", table, budget)
     wanted = job.model.precision
+    auto = wanted == "auto"
+    reference = trial(job, model_path, "fp32", table, budget, timed=auto)
     if wanted == "fp32":
         return reference, {"precision": "fp32", "why": "fp32 is the reference"}
     device = resolve_device(job.model.device)
-    auto = wanted == "auto"
     candidates = [p for p in fast_precisions(device) if p != "fp32"] if auto else [wanted]
     if auto and generates(job.model, model_path):
         candidates = [p for p in candidates if p != "int8"]
     best, measured = reference, [reference.describe()]
     for precision in candidates:
-        candidate = trial(job, model_path, precision, table, budget)
+        candidate = trial(job, model_path, precision, table, budget, timed=auto)
         candidate.agreement = measure(reference.columns, candidate.columns, job.quality)
         measured.append(candidate.describe())
         log.info("quality gate: %s", candidate.describe())
@@ -239,17 +244,18 @@ def choose_budget(job: Job, chosen: Trial, table: pa.Table) -> dict[str, Any]:
 
 def settle(
     job: Job, model_path: Path, recorded: dict[str, Any] | None, accept: bool = False
-) -> tuple[Job, dict[str, Any] | None]:
+) -> tuple[Job, dict[str, Any] | None, Trial | None]:
     """The job with "auto" settings made concrete and its precision gated.
 
-    ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete job
-    and the new decision to record (None when there was nothing to decide).
+    ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete job,
+    the new decision to record (None when there was nothing to decide) and the chosen trial,
+    whose loaded model the local engine adopts instead of loading (and calibrating) it again.
     """
     if recorded:
-        return concrete(job, recorded), None
+        return concrete(job, recorded), None, None
     needs_budget = job.batching.max_tokens == "auto"
     if job.model.precision == "fp32" and not needs_budget:
-        return job, None
+        return job, None, None
     table = sample_rows(job, job.quality.sample_rows)
     budget = TRIAL_BUDGET if needs_budget else job.batching.max_tokens
     chosen, decision = choose_precision(job, model_path, table, budget, accept)
@@ -258,7 +264,7 @@ def settle(
         decision["batching"] = choose_budget(job, chosen, table)
         log.info("max_tokens = auto: %s", decision["batching"]["why"])
     log.info("precision %s: %s", chosen.precision, decision["precision"]["why"])
-    return concrete(job, decision), decision
+    return concrete(job, decision), decision, chosen
 
 
 def concrete(job: Job, decision: dict[str, Any]) -> Job:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from batchscore.pipeline import Sink
     from batchscore.reader import Chunk
     from batchscore.report import Progress, RunStats
+    from batchscore.tuning import Trial
 
 # engine -> "module:class"; modules are imported on use, so Ray loads only for engine = "ray"
 ENGINES = {
@@ -33,9 +34,12 @@ class Engine(Protocol):
     quantization: str  # what int8 did at load ("" at other precisions)
     busy_s: float  # model time, summed over every model replica
 
-    def load(self, model_path: Path, stats: RunStats, chunks: int) -> Any:
+    def load(
+        self, model_path: Path, stats: RunStats, chunks: int, loaded: Trial | None = None
+    ) -> Any:
         """Load the model (once per replica, for ``chunks`` pending chunks at most); return the
-        task, or anything with its `columns`."""
+        task, or anything with its `columns`. ``loaded``: the model the quality gate already
+        loaded at the job's precision, for an engine that runs in this process to adopt."""
         ...
 
     def score(

@@ -12,7 +12,7 @@ from batchscore.models import Task
 from batchscore.pipeline import Sink, prefetch
 from batchscore.reader import Chunk
 from batchscore.report import Progress, RunStats
-from batchscore.tuning import load
+from batchscore.tuning import Trial, load
 
 
 class LocalEngine:
@@ -29,8 +29,14 @@ class LocalEngine:
     def busy_s(self) -> float:
         return self.executor.busy_s
 
-    def load(self, model_path: Path, stats: RunStats, chunks: int = 1) -> Task:
-        self.task = load(self.job, model_path, self.executor)
+    def load(
+        self, model_path: Path, stats: RunStats, chunks: int = 1, loaded: Trial | None = None
+    ) -> Task:
+        if loaded is not None and loaded.task is not None:  # the gate's model, already prepared
+            self.executor, self.task = loaded.executor, loaded.task
+            self.executor.busy_s = 0.0  # the run's model time starts now
+        else:
+            self.task = load(self.job, model_path, self.executor)
         self.quantization = self.executor.quantization
         return self.task
 

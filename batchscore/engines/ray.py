@@ -33,7 +33,7 @@ from batchscore.executor import Executor
 from batchscore.pipeline import Sink
 from batchscore.reader import Chunk
 from batchscore.report import Progress, RunStats
-from batchscore.tuning import load
+from batchscore.tuning import Trial, load
 
 log = logging.getLogger("batchscore")
 IN_FLIGHT = 2  # chunks queued per actor: one scoring, one waiting, so no actor idles
@@ -176,7 +176,10 @@ class RayEngine:
             raise EngineError(f"[ray].address: cannot start or reach {where}: {exc}") from exc
         self.started_ray = True
 
-    def load(self, model_path: Path, stats: RunStats, chunks: int = 1) -> Columns:
+    def load(
+        self, model_path: Path, stats: RunStats, chunks: int = 1, loaded: Trial | None = None
+    ) -> Columns:
+        """Start the model actors; each loads its own model (``loaded`` stays in the driver)."""
         self.connect()
         ray = self.ray
         placement = place(self.cfg, self.job.model.device, ray.cluster_resources(), chunks)
