@@ -60,8 +60,9 @@ def summary(report: dict[str, Any]) -> str:
             f"batchscore: {report['job']}: {report['rows']:,} rows scored in "
             f"{report['wall_s']:.1f} s ({report['rows_per_s']:,.1f} rows/s, "
             f"{report['tokens_per_s']:,.0f} tokens/s)",
-            f"  tokens: {report['tokens']:,} real, {report['padded_tokens']:,} padded "
-            f"(padding efficiency {report['padding_efficiency']:.3f}) in {report['batches']:,} "
+            f"  tokens: {report['tokens']:,} real; {report['computed_tokens']:,} run (repeats "
+            f"skipped) as {report['padded_tokens']:,} padded (padding efficiency "
+            f"{report['padding_efficiency']:.3f}) in {report['batches']:,} "
             f"batches; {report['truncated']:,} inputs truncated, "
             f"{report['duplicates']:,} repeats scored once",
             f"  model busy {report['model_busy_share']:.1%} of wall time; model load "
