@@ -285,7 +285,10 @@ def run_job(
                     version=__version__,
                     **context,
                 )
-                stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(stats.started))
+                # Microseconds too: two runs in one second (and one process) keep two reports.
+                second, fraction = divmod(stats.started, 1)
+                stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(second))
+                stamp += f".{int(fraction * 1e6):06d}Z"
                 ckpt.save_report(f"{stamp}-{os.getpid()}.json", report)
         except KeyboardInterrupt:
             outcome = "interrupted"

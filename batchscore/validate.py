@@ -37,7 +37,7 @@ def validate_job(job: Job) -> list[str]:
     try:
         path = locate(job.model)
         check_model(job.model.task, path, job.task, job.model.allow_pickle)
-        facts.append(f"model: {job.model.name or job.model.path} at {path}")
+        facts.append(f"model: {job.model.name} at {path}" if job.model.name else f"model: {path}")
     except BatchscoreError as exc:
         problems.append(str(exc))
     try:

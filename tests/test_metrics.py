@@ -70,6 +70,8 @@ def test_metrics_written_each_run_and_last_success_kept(tmp_path: Path, small_co
     second = parse(metrics.read_text())
     assert second["batchscore_last_run_success"] == 0 and second["batchscore_failed_shards"] == 1
     assert second["batchscore_rows"] == 30
+    # one report per run, even for two runs in one process within one second
+    assert len(list((tmp_path / "out/_batchscore/runs").glob("*.json"))) == 2
     assert (second["batchscore_last_success_timestamp_seconds"]
             == first["batchscore_last_success_timestamp_seconds"])  # fmt: skip
     assert [p.name for p in metrics.parent.iterdir()] == ["batchscore.prom"]  # no temp left
