@@ -103,31 +103,14 @@ def test_repeated_inputs_are_scored_once(tmp_path: Path, small_corpus):
 
 @needs_fast
 def test_check_command(job: Path):
-    runner = CliRunner()
-    ok = runner.invoke(
-        main,
-        [
-            "check",
-            str(job),
-            "--set",
-            f"model.precision={FAST[0]}",
-            "--set",
-            "quality.sample_rows=30",
-        ],
-    )
+    sets = [f"model.precision={FAST[0]}", "quality.sample_rows=30"]
+
+    def check(*more: str):
+        args = [a for key in [*sets, *more] for a in ("--set", key)]
+        return CliRunner().invoke(main, ["check", str(job), *args])
+
+    ok = check()
     assert ok.exit_code == 0, ok.stderr
     assert "fp32:" in ok.output and "passes the quality gate" in ok.output
-    strict = runner.invoke(
-        main,
-        [
-            "check",
-            str(job),
-            "--set",
-            f"model.precision={FAST[0]}",
-            "--set",
-            "quality.sample_rows=30",
-            "--set",
-            "quality.min_cosine=1.0",
-        ],
-    )
+    strict = check("quality.min_cosine=1.0")
     assert strict.exit_code == 8 and "fails the quality gate" in strict.stderr
