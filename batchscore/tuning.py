@@ -29,7 +29,7 @@ import torch
 from batchscore.config import Job
 from batchscore.errors import ModelError, QualityGateError
 from batchscore.executor import Executor, fast_precisions, resolve_device
-from batchscore.models import Task, generates, input_kinds, load_task
+from batchscore.models import Encoded, Task, generates, input_kinds, load_task
 from batchscore.quality import Agreement, measure
 from batchscore.quantize import quantize_int8
 from batchscore.reader import find_shards, iter_batches, open_shard
@@ -106,6 +106,13 @@ def load(job: Job, model_path: Path, executor: Executor, table: pa.Table | None 
     return task
 
 
+def planned(job: Job, task: Task, table: pa.Table, budget: int) -> tuple[Encoded, list[np.ndarray]]:
+    """The sample's rows, encoded and cut into batches as a window of the run would be."""
+    encoded = task.encode(table)
+    sizes = encoded.lengths + encoded.reserve
+    return encoded, cut(sizes, np.arange(len(sizes)), budget, job.batching.max_rows, task.bucketing)
+
+
 def quantize(job: Job, task: Task, executor: Executor, table: pa.Table, budget: int) -> None:
     """Swap the model's Linear layers for int8 ones, keeping in float those the rows need.
 
@@ -113,14 +120,7 @@ def quantize(job: Job, task: Task, executor: Executor, table: pa.Table, budget: 
     `[quality].min_cosine`; a one-number output (a regressor) is compared batch-wide instead,
     since the cosine of two single numbers only tells their signs apart.
     """
-    encoded = task.encode(table)
-    batches = cut(
-        encoded.lengths + encoded.reserve,
-        np.arange(len(encoded.lengths)),
-        budget,
-        job.batching.max_rows,
-        task.bucketing,
-    )
+    encoded, batches = planned(job, task, table, budget)
     if not batches:
         raise ModelError("int8 calibrates on the job's first rows, and none of them can be scored")
 
@@ -149,10 +149,7 @@ def trial(
     time the second (warm) pass, since only a choice between precisions needs their speeds."""
     executor = Executor(dataclasses.replace(job.model, precision=precision))
     task = load(job, model_path, executor, table)
-    encoded = task.encode(table)
-    sizes = encoded.lengths + encoded.reserve
-    units = np.arange(len(sizes))
-    batches = cut(sizes, units, max_tokens, job.batching.max_rows, task.bucketing)
+    encoded, batches = planned(job, task, table, max_tokens)
     outputs = [executor.run(lambda b=b: task.forward(encoded, b)) for b in batches]
     seconds = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
     if timed:
