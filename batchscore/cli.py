@@ -16,8 +16,9 @@ from typing import Any
 import click
 
 from batchscore import __version__
-from batchscore.config import Job, load_job
 from batchscore.errors import BatchscoreError
+from batchscore.job.load import load_job
+from batchscore.job.sections import Job
 
 log = logging.getLogger("batchscore")
 JOB = click.argument("job", type=click.Path(dir_okay=False))
@@ -83,7 +84,7 @@ def main(verbose: bool, log_format: str) -> None:
     Example:
         batchscore --log-format json run jobs/summarize.toml --metrics-file batchscore.prom
     """
-    from batchscore.logs import setup_logging
+    from batchscore.observe.logs import setup_logging
 
     setup_logging(verbose, log_format)
     if spec := os.environ.get("BATCHSCORE_FAULTS"):  # the fault-injection tests' hook only
@@ -137,8 +138,8 @@ def run(
     """
     from pathlib import Path
 
-    from batchscore.driver import run_job  # keeps `--help` and `validate` free of torch imports
-    from batchscore.report import summary
+    from batchscore.observe.report import summary
+    from batchscore.pipeline.driver import run_job  # keeps `--help` free of torch imports
 
     if progress == "auto":
         progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
@@ -166,10 +167,10 @@ def validate(job: str, overrides: tuple[str, ...]) -> None:
     Example:
         batchscore validate jobs/embed.toml
     """
-    from batchscore.validate import validate_job
+    from batchscore.pipeline.preflight import preflight
 
     loaded = load(job, overrides)
-    for fact in validate_job(loaded):
+    for fact in preflight(loaded):
         click.echo(f"  {fact}")
     click.echo(f"{job}: ok")
 
@@ -189,7 +190,7 @@ def check(job: str, overrides: tuple[str, ...]) -> None:
     """
     from batchscore.errors import QualityGateError
     from batchscore.models.locate import locate
-    from batchscore.tuning import check as check_quality
+    from batchscore.precision.choose import check as check_quality
 
     loaded = load(job, overrides)
     decision, passed = check_quality(loaded, locate(loaded.model))
@@ -211,7 +212,7 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool) -> None:
     Example:
         batchscore status jobs/summarize.toml --json
     """
-    from batchscore.status import format_status, job_status
+    from batchscore.output.status import format_status, job_status
 
     result = job_status(load(job, overrides))
     click.echo(json.dumps(result, indent=2) if as_json else format_status(result))

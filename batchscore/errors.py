@@ -6,6 +6,9 @@ The CLI is the only place that maps errors to exit codes and messages, so librar
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 
 class BatchscoreError(Exception):
     """Root of every error batchscore expects; anything else is a bug (exit 1)."""
@@ -55,6 +58,17 @@ class WriteError(BatchscoreError):
     """Writing an output chunk or a checkpoint failed (disk full, permissions)."""
 
     exit_code = 6
+
+
+def write_error(path: Path | str, exc: OSError) -> WriteError:
+    """A `WriteError` that says what failed and what the user can do about it."""
+    hint = {
+        errno.ENOSPC: "the disk is full; free space and run again",
+        errno.EDQUOT: "the disk quota is exceeded; free space and run again",
+        errno.EACCES: "permission denied; check the output folder's permissions",
+        errno.EROFS: "the file system is read-only",
+    }.get(exc.errno or 0, "run again once the cause is fixed")
+    return WriteError(f"{path}: cannot write: {exc.strerror or exc}; {hint}")
 
 
 class QualityGateError(BatchscoreError):

@@ -25,8 +25,8 @@ import sample_corpus  # noqa: E402
 
 def run(job_text: str, folder: Path, sets: list[str]) -> tuple[dict, pa.Table]:
     """One in-process `batchscore run` from scratch; its report and output."""
-    from batchscore.config import load_job
-    from batchscore.driver import run_job
+    from batchscore.job.load import load_job
+    from batchscore.pipeline.driver import run_job
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "job.toml"
@@ -46,7 +46,7 @@ def cosine_min(a: pa.Array, b: pa.Array) -> float:
 def main() -> None:
     import torch
 
-    from batchscore.executor import fast_precisions
+    from batchscore.precision.table import available
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20000)
@@ -55,7 +55,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench-gpu needs a CUDA GPU, and this machine has none")
     device = torch.device("cuda")
-    precisions = [p for p in ("fp32", "fp16", "bf16", "int8") if p in fast_precisions(device)]
+    precisions = [p for p in ("fp32", "fp16", "bf16", "int8") if p in available(device)]
     print(
         f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; "
         f"precisions: {', '.join(precisions)}"

@@ -52,8 +52,8 @@ path = "out"
 
 
 def run(job: Path, sort: bool, attempt: int) -> tuple[dict, pa.Table]:
-    from batchscore.config import load_job
-    from batchscore.driver import run_job
+    from batchscore.job.load import load_job
+    from batchscore.pipeline.driver import run_job
 
     out = f"out-{'sorted' if sort else 'unsorted'}-{attempt}"
     loaded = load_job(job, [f"batching.sort={str(sort).lower()}", f'output.path="{out}"'])

@@ -29,8 +29,8 @@ import sample_corpus
 
 from batchscore.models.embed import pool
 from batchscore.models.text import TextEncoder
-from batchscore.quantize import quantize_int8
-from batchscore.sampler import plan_batches
+from batchscore.pipeline.sampler import form_batches
+from batchscore.precision.int8 import quantize_int8
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -46,7 +46,7 @@ def spread(items: list, count: int, offset: int = 0) -> list:
 def batches_of(encoder: TextEncoder, texts: list[str]) -> tuple[list[Batch], list[np.ndarray]]:
     """Length-bucketed batches under an 8,192-token budget, as the pipeline plans them."""
     ids, _ = encoder.encode(texts)
-    plan = plan_batches(np.array([len(i) for i in ids]), 8192, 512)
+    plan = form_batches(np.array([len(i) for i in ids]), 8192, 512)
     batches = []
     for rows in plan:
         input_ids, mask = encoder.collate([ids[i] for i in rows])

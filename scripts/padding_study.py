@@ -2,9 +2,10 @@
 
 Part 1 (sampler only, no model): padding efficiency and rows per batch on the whole sample
 corpus, cut into windows of several sizes, for several values of the per-batch cost the cut
-charges (`batchscore.sampler.BATCH_OVERHEAD_TOKENS`). Part 2: MiniLM throughput (fp32 or bf16)
-on one 1,000-row window planned with each of those costs, interleaved and repeated (medians),
-because fewer padded tokens is only a gain while batches stay large enough to run the matmuls well.
+charges (`batchscore.pipeline.sampler.BATCH_OVERHEAD_TOKENS`). Part 2: MiniLM throughput
+(fp32 or bf16) on one 1,000-row window planned with each of those costs, interleaved and
+repeated (medians), because fewer padded tokens is only a gain while batches stay large enough
+to run the matmuls well.
 
     PYTHONPATH=. python scripts/padding_study.py
 """
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sample_corpus
 
 from batchscore.models.text import TextEncoder
-from batchscore.sampler import plan_batches
+from batchscore.pipeline.sampler import form_batches
 
 OVERHEADS = (0, 16, 32, 64, 128)
 
@@ -59,7 +60,7 @@ def main() -> None:
             real = padded = batches = 0
             for start in range(0, len(lengths) - window + 1, window):
                 part = lengths[start : start + window]
-                plan = plan_batches(part, args.max_tokens, 512, True, cost)
+                plan = form_batches(part, args.max_tokens, 512, True, cost)
                 real += int(part.sum())
                 padded += sum(len(b) * int(part[b].max()) for b in plan)
                 batches += len(plan)
@@ -71,7 +72,7 @@ def main() -> None:
     model = AutoModel.from_pretrained(path).eval()
     model = model.to(torch.bfloat16) if args.precision == "bf16" else model
     window = np.arange(0, len(lengths), len(lengths) // 1000)[:1000]  # spread over the corpus
-    plans = {c: plan_batches(lengths[window], args.max_tokens, 512, True, c) for c in OVERHEADS}
+    plans = {c: form_batches(lengths[window], args.max_tokens, 512, True, c) for c in OVERHEADS}
     times: dict[int, list[float]] = {c: [] for c in OVERHEADS}
     with torch.inference_mode():
         for _ in range(args.repeats):

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batchscore.config import load_job
-from batchscore.driver import run_job
 from batchscore.errors import BadRowsError, InputDataError, JobError
+from batchscore.job.load import load_job
+from batchscore.pipeline.driver import run_job
 from tests.conftest import read_output
 from tests.reliability import make_job
 

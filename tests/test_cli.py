@@ -11,7 +11,7 @@ import sample_corpus
 from click.testing import CliRunner
 
 from batchscore.cli import main
-from batchscore.lock import hold_lock
+from batchscore.output.lock import hold_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 from batchscore import faults
-from batchscore.config import load_job
-from batchscore.driver import run_job
 from batchscore.errors import InputDataError, TransientIOError, WriteError
+from batchscore.job.load import load_job
+from batchscore.pipeline.driver import run_job
 from tests.conftest import read_output
 from tests.reliability import (
     assert_complete_and_equal,

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batchscore.config import load_job
-from batchscore.driver import run_job
+from batchscore.job.load import load_job
+from batchscore.pipeline.driver import run_job
 from tests.conftest import read_output
 
 ROOT = Path(__file__).resolve().parent.parent

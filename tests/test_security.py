@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from batchscore.config import load_job
-from batchscore.driver import run_job
 from batchscore.errors import ModelError
+from batchscore.job.load import load_job
+from batchscore.pipeline.driver import run_job
 from tests.conftest import read_output
 from tests.reliability import make_job
 

@@ -1,29 +1,24 @@
 """Engines: where the model runs, chosen by the job's ``engine`` key from a table.
 
-The driver plans, commits and reports; an engine only turns pending chunks into `Scored`
-windows and hands them to the committer's sink, so every engine writes the same output and
-checkpoints, and any engine resumes any other's run.
+The driver finds the pending work, commits and reports; an engine only turns pending chunks
+into `Scored` windows and hands them to the committer's sink, so every engine writes the same
+output and checkpoints, and any engine resumes any other's run.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from batchscore.committer import Scored
-    from batchscore.config import Job
-    from batchscore.pipeline import Sink
-    from batchscore.reader import Chunk
-    from batchscore.report import Progress, RunStats
-    from batchscore.tuning import Trial
-
-# engine -> "module:class"; modules are imported on use, so Ray loads only for engine = "ray"
-ENGINES = {
-    "local": "batchscore.engines.local:LocalEngine",
-    "ray": "batchscore.engines.ray:RayEngine",
-}
+from batchscore.engines.local import LocalEngine
+from batchscore.engines.ray import RayEngine
+from batchscore.job.sections import Job
+from batchscore.observe.progress import Progress
+from batchscore.observe.report import RunStats
+from batchscore.output.pending import Chunk
+from batchscore.pipeline.stages import Scored
+from batchscore.pipeline.threads import Sink
+from batchscore.precision.gate import Trial
 
 
 class Engine(Protocol):
@@ -53,7 +48,10 @@ class Engine(Protocol):
         ...
 
 
+# engine -> its class; Ray itself is imported only when a Ray engine starts
+ENGINES: dict[str, type[Engine]] = {"local": LocalEngine, "ray": RayEngine}
+
+
 def open_engine(job: Job) -> Engine:
     """The engine the job names."""
-    module, cls = ENGINES[job.engine].split(":")
-    return getattr(importlib.import_module(module), cls)(job)
+    return ENGINES[job.engine](job)

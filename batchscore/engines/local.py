@@ -1,18 +1,20 @@
-"""The local engine: one model in this process, fed by the reader thread (see the driver)."""
+"""The local engine: one model in this process, fed by the reader thread."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from batchscore.committer import Scored
-from batchscore.config import Job
-from batchscore.driver import Scorer, windows
-from batchscore.executor import Executor
-from batchscore.models import Task
-from batchscore.pipeline import Sink, prefetch
-from batchscore.reader import Chunk
-from batchscore.report import Progress, RunStats
-from batchscore.tuning import Trial, load
+from batchscore.job.sections import Job
+from batchscore.models.base import Task
+from batchscore.observe.progress import Progress
+from batchscore.observe.report import RunStats
+from batchscore.output.pending import Chunk
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.scoring import Scorer
+from batchscore.pipeline.stages import Scored, windows
+from batchscore.pipeline.threads import Sink, prefetch
+from batchscore.precision.gate import Trial
+from batchscore.precision.load import load_at
 
 
 class LocalEngine:
@@ -36,19 +38,16 @@ class LocalEngine:
             self.executor, self.task = loaded.executor, loaded.task
             self.executor.busy_s = 0.0  # the run's model time starts now
         else:
-            self.task = load(self.job, model_path, self.executor)
+            self.task = load_at(self.job, model_path, self.executor)
         self.quantization = self.executor.quantization
         return self.task
 
     def score(
         self, chunks: list[Chunk], sink: Sink[Scored], bar: Progress, stats: RunStats
     ) -> None:
-        scorer = Scorer(self.job, self.task, self.executor, stats, bar)
+        scorer = Scorer(self.job, self.task, self.executor, stats=stats, progress=bar)
         for window in prefetch(windows(self.job, chunks, self.task), depth=2):
-            if window.error is not None:
-                sink.put(Scored(window.chunk, error=window.error))
-            else:
-                sink.put(scorer(window))
+            sink.put(scorer(window))
 
     def close(self) -> None:
         """Nothing to release: the model goes with this process."""

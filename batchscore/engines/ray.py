@@ -1,11 +1,11 @@
 """The Ray engine: model actors on a Ray cluster score whole chunks; this process commits them.
 
 One actor per GPU (or per ``[ray].num_cpus`` CPU slots) loads the model once, then scores the
-chunks it is sent with the local engine's own stages (`batchscore.driver.score_chunk`: reader,
-`where`, tokenizer, sampler, scorer), returning each chunk's scored windows and counters. The
-driver sends chunks as actors free up, two in flight per actor so none waits on the driver,
-and commits each result exactly as the local engine's are committed: the output and the
-checkpoints are the same, and either engine resumes the other's run.
+chunks it is sent with the local engine's own stages (`batchscore.pipeline.scoring.score_chunk`:
+reader, `where`, tokenizer, sampler, scorer), returning each chunk's scored windows and
+counters. The driver sends chunks as actors free up, two in flight per actor so none waits on
+the driver, and commits each result exactly as the local engine's are committed: the output
+and the checkpoints are the same, and either engine resumes the other's run.
 
 An actor that dies (its process killed, its node lost) loses only its uncommitted chunks: they
 are sent again, to a replacement actor that loads the model afresh. A chunk that was in flight
@@ -25,15 +25,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from batchscore.committer import Scored
-from batchscore.config import Job, RayConfig
-from batchscore.driver import Scorer, score_chunk
 from batchscore.errors import BatchscoreError, EngineError, JobError
-from batchscore.executor import Executor
-from batchscore.pipeline import Sink
-from batchscore.reader import Chunk
-from batchscore.report import Progress, RunStats
-from batchscore.tuning import Trial, load
+from batchscore.job.sections import Job, RayConfig
+from batchscore.observe.progress import Progress
+from batchscore.observe.report import RunStats
+from batchscore.output.pending import Chunk
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.scoring import Scorer, score_chunk
+from batchscore.pipeline.stages import Scored
+from batchscore.pipeline.threads import Sink
+from batchscore.precision.gate import Trial
+from batchscore.precision.load import load_at
 
 log = logging.getLogger("batchscore")
 IN_FLIGHT = 2  # chunks queued per actor: one scoring, one waiting, so no actor idles
@@ -115,8 +117,8 @@ class ChunkActor:
         if self.scorer is None:
             executor = Executor(self.model)
             job = replace(self.job, model=self.model)
-            task = load(job, self.model_path, executor)
-            self.scorer = Scorer(job, task, executor, RunStats(), Progress(0, "off"))
+            task = load_at(job, self.model_path, executor)
+            self.scorer = Scorer(job, task, executor, stats=RunStats(), progress=Progress(0, "off"))
         executor = self.scorer.executor
         return {
             "columns": self.scorer.task.columns,
@@ -131,7 +133,7 @@ class ChunkActor:
         self.load()
         scorer = self.scorer
         scorer.stats, busy = RunStats(), scorer.executor.busy_s
-        parts = score_chunk(self.job, chunk, scorer.task, scorer)
+        parts = score_chunk(self.job, chunk, scorer)
         counters = {name: getattr(scorer.stats, name) for name in COUNTERS}
         return ChunkResult(parts, counters, scorer.executor.busy_s - busy)
 

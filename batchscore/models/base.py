@@ -1,8 +1,9 @@
-"""What every task adapter shares: the `Encoded` window and the `Task` protocol the driver calls.
+"""What every task adapter shares: the `Encoded` window and the `Task` protocol the stages call.
 
-The driver knows nothing else of a model. A task reads its input columns from a window,
-encodes the rows it can (naming the others in ``errors``), scores batches of units, and turns
-the results back into output columns, one value per encoded row.
+The pipeline knows nothing else of a model. A task reads its input columns from a window,
+encodes the rows it can (naming the others in ``errors``), scores batches of units, turns the
+results back into output columns, one value per encoded row, and says how to compare two
+scorings of the same rows (the quality gate's measure).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+
+from batchscore.job.sections import QualityConfig
+from batchscore.models.agreement import Agreement, Columns
 
 
 @dataclass
@@ -47,6 +51,10 @@ class Task(Protocol):
     def forward(self, encoded: Encoded, batch: np.ndarray) -> Any: ...
 
     def finish(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]: ...
+
+    def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
+        """How far ``candidate`` outputs (another precision's) are from fp32's ``reference``."""
+        ...
 
 
 def text_rows(table: pa.Table, column: str) -> tuple[list[str], np.ndarray, dict[int, str]]:

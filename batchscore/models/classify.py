@@ -12,13 +12,15 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from batchscore.config import ClassifyConfig, InputConfig, ModelConfig
 from batchscore.errors import ModelError
-from batchscore.executor import Executor
+from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig, QualityConfig
+from batchscore.models import agreement
+from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.locate import load_pretrained
 from batchscore.models.text import TextEncoder
+from batchscore.pipeline.executor import Executor
 
 
 def load_classifier(path: Path, model: ModelConfig, executor: Executor) -> torch.nn.Module:
@@ -45,6 +47,7 @@ class ClassifyTask:
     def __init__(
         self,
         path: Path,
+        *,
         model: ModelConfig,
         options: ClassifyConfig,
         inp: InputConfig,
@@ -85,3 +88,7 @@ class ClassifyTask:
         if self.all_scores:
             columns["scores"] = vectors_to_arrow(probs, len(self.labels))
         return columns
+
+    def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
+        probabilities = "scores" if self.all_scores else "score"
+        return agreement.labels(reference, candidate, probabilities, gate)

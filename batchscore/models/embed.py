@@ -14,12 +14,14 @@ import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
-from batchscore.config import EmbedConfig, InputConfig, ModelConfig
 from batchscore.errors import ModelError
-from batchscore.executor import Executor
+from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
+from batchscore.models import agreement
+from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
 from batchscore.models.locate import load_pretrained
 from batchscore.models.text import TextEncoder
+from batchscore.pipeline.executor import Executor
 
 POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
@@ -96,6 +98,7 @@ class EmbedTask:
     def __init__(
         self,
         path: Path,
+        *,
         model: ModelConfig,
         options: EmbedConfig,
         inp: InputConfig,
@@ -113,6 +116,9 @@ class EmbedTask:
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         return {"embedding": vectors_to_arrow(results, self.embedder.dim)}
+
+    def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
+        return agreement.vectors(reference, candidate, "embedding", gate)
 
 
 def vectors_to_arrow(vectors: np.ndarray, dim: int) -> pa.ListArray:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from batchscore.errors import ModelError
-from batchscore.schema import did_you_mean
+from batchscore.job.schema import did_you_mean
 
 GROUP = "batchscore.factories"
 

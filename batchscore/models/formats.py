@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from batchscore.errors import ModelError
-from batchscore.executor import Executor
 from batchscore.models.factories import find_factory
+from batchscore.pipeline.executor import Executor
 
 
 def detect(path: Path) -> str:

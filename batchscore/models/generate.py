@@ -16,14 +16,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from batchscore.config import GenerateConfig, InputConfig, ModelConfig
 from batchscore.errors import ModelError
-from batchscore.executor import Executor
+from batchscore.job.prompt import Prompt
+from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, QualityConfig
+from batchscore.models import agreement
+from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded
 from batchscore.models.decode import Decoding, RowSampler, eos_ids, generation_config, trim
 from batchscore.models.locate import load_pretrained
 from batchscore.models.text import TextEncoder
-from batchscore.prompt import Prompt
+from batchscore.pipeline.executor import Executor
 
 
 def generative_kind(config: Any) -> str | None:
@@ -134,6 +136,7 @@ class GenerateTask:
     def __init__(
         self,
         path: Path,
+        *,
         model: ModelConfig,
         options: GenerateConfig,
         inp: InputConfig,
@@ -167,6 +170,9 @@ class GenerateTask:
             "generated_tokens": pa.array([len(t) for t in tokens], type=pa.int32()),
             "finish_reason": pa.array(self.generator.finish_reasons(tokens), type=pa.string()),
         }
+
+    def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
+        return agreement.texts(reference, candidate, self.column, gate)
 
 
 class AbstractiveSummarizeTask(GenerateTask):

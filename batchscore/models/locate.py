@@ -12,9 +12,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from batchscore.config import ModelConfig
 from batchscore.errors import ModelError
-from batchscore.schema import did_you_mean
+from batchscore.job.schema import did_you_mean
+from batchscore.job.sections import ModelConfig
 
 log = logging.getLogger("batchscore")
 # name -> (Python package that ships the weights, how to install it)

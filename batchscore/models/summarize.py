@@ -14,12 +14,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from batchscore.config import InputConfig, ModelConfig, SummarizeConfig
-from batchscore.executor import Executor
+from batchscore.job.prompt import Prompt
+from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, SummarizeConfig
+from batchscore.models import agreement
+from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
 from batchscore.models.embed import Embedder
 from batchscore.models.sentences import split_sentences
-from batchscore.prompt import Prompt
+from batchscore.pipeline.executor import Executor
 
 
 def select_sentences(vectors: np.ndarray, k: int, diversity: float) -> list[int]:
@@ -53,6 +55,7 @@ class SummarizeTask:
     def __init__(
         self,
         path: Path,
+        *,
         model: ModelConfig,
         options: SummarizeConfig,
         inp: InputConfig,
@@ -89,3 +92,6 @@ class SummarizeTask:
             keep = select_sentences(results[start:stop], k, self.options.diversity)
             summaries.append(" ".join(sentences[start + i] for i in keep))
         return {"summary": pa.array(summaries, type=pa.string())}
+
+    def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
+        return agreement.texts(reference, candidate, "summary", gate)

@@ -13,14 +13,16 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from batchscore.config import InputConfig, ModelConfig, TensorConfig
 from batchscore.errors import ModelError
-from batchscore.executor import Executor
+from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, TensorConfig
+from batchscore.models import agreement
+from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.factories import BUILTIN, find_factory, registered
 from batchscore.models.features import feature_matrix
 from batchscore.models.formats import check_export_archive, load_model, model_format
+from batchscore.pipeline.executor import Executor
 
 
 def check_tensor_model(path: Path, options: TensorConfig) -> None:
@@ -62,6 +64,7 @@ class TensorTask:
     def __init__(
         self,
         path: Path,
+        *,
         model: ModelConfig,
         options: TensorConfig,
         inp: InputConfig,
@@ -96,3 +99,8 @@ class TensorTask:
             "prediction": pa.array(prediction, type=self.columns[0].type),
             "scores": vectors_to_arrow(scores, width),
         }
+
+    def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
+        if self.value:
+            return agreement.values(reference, candidate, "prediction", gate)
+        return agreement.classes(reference, candidate, "prediction", gate)

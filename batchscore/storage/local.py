@@ -1,12 +1,57 @@
-"""A local output folder: files published by temp file, fsync and rename (see `batchscore.fsio`)."""
+"""A local output folder: files published by temporary file, fsync and rename.
+
+A rename within one folder is atomic on POSIX, so a reader sees the old file or the new one,
+never half of either; fsyncing the folder afterwards makes the rename itself survive a power cut.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
-from batchscore.fsio import fsync_dir, fsync_file, publish, write_json
-from batchscore.storage import STATE
+from batchscore.errors import write_error
+from batchscore.output.layout import LOCK, STAGING
+
+
+def fsync_file(path: Path) -> None:
+    """Force a file's data to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """Force a folder's entries (renames, creations) to disk."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Atomically move a finished, fsynced temporary file into place and persist the rename."""
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomically replace ``path`` with ``data`` as JSON (temp, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        publish(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, exc) from exc
 
 
 class LocalStore:
@@ -15,8 +60,8 @@ class LocalStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.url = str(root)
-        self.staging = root / STATE / "tmp"
-        self.lock_path = root / STATE / "lock"
+        self.staging = root / STAGING
+        self.lock_path = root / LOCK
 
     def where(self, rel: str) -> str:
         return str(self.root / rel)

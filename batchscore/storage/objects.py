@@ -13,7 +13,8 @@ uploaded in one piece to its final key. Two cautions that shape the code:
 - A killed upload leaves an incomplete multipart upload that is not visible but is billed until
   aborted: give the bucket a lifecycle rule that aborts incomplete uploads after a day.
 
-The lock is local (see `batchscore.lock`): it guards a job on one machine, not across machines.
+The lock is local (see `batchscore.output.lock`): it guards a job on one machine, not across
+machines.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from batchscore.errors import WriteError
-from batchscore.storage import to_url
+from batchscore.storage.fs import to_url
 
 
 def local_folder(url: str) -> Path:

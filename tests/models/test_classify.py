@@ -9,19 +9,22 @@ import pyarrow as pa
 import pytest
 import torch
 
-from batchscore.config import ClassifyConfig, InputConfig, ModelConfig, load_job
-from batchscore.driver import run_job
 from batchscore.errors import JobError, ModelError
-from batchscore.executor import Executor
+from batchscore.job.load import load_job
+from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig
 from batchscore.models.classify import ClassifyTask
-from batchscore.sampler import plan_batches, restore
+from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.sampler import form_batches, restore
 from tests.conftest import read_output, write_job
 
 
 def make_task(path: Path, all_scores: bool = True) -> ClassifyTask:
     model = ModelConfig(task="classify", max_length=128, threads=1)
     options = ClassifyConfig(all_scores=all_scores)
-    return ClassifyTask(path, model, options, InputConfig(path=()), Executor(model))
+    return ClassifyTask(
+        path, model=model, options=options, inp=InputConfig(path=()), executor=Executor(model)
+    )
 
 
 def probabilities(task: ClassifyTask, encoded, batches: list[np.ndarray]) -> np.ndarray:
@@ -33,7 +36,7 @@ def test_batched_probabilities_equal_row_alone(bert_path, tiny_texts):
     task = make_task(bert_path)
     texts = tiny_texts[:60]
     encoded = task.encode(pa.table({"text": texts}))
-    batches = plan_batches(encoded.lengths, 1024, 64)
+    batches = form_batches(encoded.lengths, 1024, 64)
     assert len(batches) > 2 and encoded.lengths.max() > 4 * encoded.lengths.min()
     batched = probabilities(task, encoded, batches)
     alone = probabilities(task, encoded, [np.array([i]) for i in range(len(texts))])

@@ -7,16 +7,22 @@ import pyarrow as pa
 import pytest
 import torch
 
-from batchscore.config import EmbedConfig, InputConfig, ModelConfig
-from batchscore.executor import Executor
+from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
 from batchscore.models.embed import EmbedTask, pool, pooling_mode
-from batchscore.sampler import plan_batches, restore
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.sampler import form_batches, restore
 
 
 @pytest.fixture(scope="module")
 def task(minilm_path):
     model = ModelConfig(task="embed", max_length=256)
-    return EmbedTask(minilm_path, model, EmbedConfig(), InputConfig(path=()), Executor(model))
+    return EmbedTask(
+        minilm_path,
+        model=model,
+        options=EmbedConfig(),
+        inp=InputConfig(path=()),
+        executor=Executor(model),
+    )
 
 
 def reference(path, texts: list[str]) -> np.ndarray:
@@ -37,7 +43,7 @@ def reference(path, texts: list[str]) -> np.ndarray:
 def test_batched_embeddings_match_row_alone_reference(task, small_corpus, minilm_path):
     texts = small_corpus.column("text").to_pylist()[:120]
     encoded = task.encode(pa.table({"text": texts}))
-    batches = plan_batches(encoded.lengths, 2048, 64)
+    batches = form_batches(encoded.lengths, 2048, 64)
     assert len(batches) > 3  # really batched, with padding between lengths
     with torch.inference_mode():
         outputs = [task.forward(encoded, b) for b in batches]

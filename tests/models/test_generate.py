@@ -14,15 +14,16 @@ import pyarrow as pa
 import pytest
 import torch
 
-from batchscore.config import GenerateConfig, InputConfig, ModelConfig, SummarizeConfig, load_job
-from batchscore.driver import run_job
 from batchscore.errors import JobError, ModelError, OutputConflictError
-from batchscore.executor import Executor
-from batchscore.int8_linear import int8_available
-from batchscore.models import load_task
+from batchscore.job.load import load_job
+from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, SummarizeConfig
 from batchscore.models.decode import Decoding, trim
 from batchscore.models.generate import GenerateTask, generative_kind
-from batchscore.sampler import plan_batches, restore
+from batchscore.models.tasks import load_task
+from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.sampler import form_batches, restore
+from batchscore.precision.int8_linear import int8_available
 from tests.conftest import read_output, write_job
 
 MODELS = ["gpt2_path", "t5_path", "bart_path"]
@@ -31,7 +32,9 @@ MODELS = ["gpt2_path", "t5_path", "bart_path"]
 def make_task(path: Path, max_length: int = 64, **options) -> GenerateTask:
     model = ModelConfig(task="generate", max_length=max_length, threads=1)
     config = GenerateConfig(**{"max_new_tokens": 10, **options})
-    return GenerateTask(path, model, config, InputConfig(path=()), Executor(model))
+    return GenerateTask(
+        path, model=model, options=config, inp=InputConfig(path=()), executor=Executor(model)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +77,7 @@ def test_batched_greedy_stops_rows_at_different_steps(gpt2_path, tiny_texts):
     """Rows that end early keep padding while the others decode on; none is disturbed."""
     task = make_task(gpt2_path)
     encoded = task.encode(pa.table({"text": tiny_texts[:24]}))
-    batches = plan_batches(encoded.lengths + encoded.reserve, 600, 64)
+    batches = form_batches(encoded.lengths + encoded.reserve, 600, 64)
     assert len(batches) > 1
     batched = generate(task, encoded, batches)
     assert {len(t) for t in batched} > {10}  # some rows stopped on EOS before the limit
@@ -157,7 +160,13 @@ def test_generative_kind_comes_from_the_config(gpt2_path, t5_path, bart_path, mi
     assert generative_kind(AutoConfig.from_pretrained(minilm_path)) is None
     model = ModelConfig(task="generate")
     with pytest.raises(ModelError, match="not a text-generation model"):
-        GenerateTask(minilm_path, model, GenerateConfig(), InputConfig(path=()), Executor(model))
+        GenerateTask(
+            minilm_path,
+            model=model,
+            options=GenerateConfig(),
+            inp=InputConfig(path=()),
+            executor=Executor(model),
+        )
 
 
 def test_trim_and_finish_reasons(bart_path):
@@ -226,7 +235,13 @@ def test_summarize_prompt_with_an_encoder_is_refused(minilm_path):
     model = ModelConfig(task="summarize", path=str(minilm_path))
     options = dataclasses.replace(SummarizeConfig(), prompt="summarize: {text}")
     with pytest.raises(ModelError, match="reads no prompt"):
-        load_task(minilm_path, model, options, InputConfig(path=()), Executor(model))
+        load_task(
+            minilm_path,
+            model=model,
+            options=options,
+            inp=InputConfig(path=()),
+            executor=Executor(model),
+        )
 
 
 def test_generate_keys_are_checked_when_the_job_loads(tmp_path, gpt2_path):

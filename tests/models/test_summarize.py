@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.config import InputConfig, ModelConfig, SummarizeConfig
-from batchscore.executor import Executor
+from batchscore.job.sections import InputConfig, ModelConfig, SummarizeConfig
 from batchscore.models.sentences import split_sentences
 from batchscore.models.summarize import SummarizeTask, select_sentences
-from batchscore.sampler import plan_batches, restore
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.sampler import form_batches, restore
 
 
 def test_split_sentences_on_prose():
@@ -51,14 +51,20 @@ def test_selection_prefers_central_and_avoids_duplicates():
 def task(minilm_path):
     model = ModelConfig(task="summarize")
     options = SummarizeConfig(sentences=2)
-    return SummarizeTask(minilm_path, model, options, InputConfig(path=()), Executor(model))
+    return SummarizeTask(
+        minilm_path,
+        model=model,
+        options=options,
+        inp=InputConfig(path=()),
+        executor=Executor(model),
+    )
 
 
 def test_summaries_are_sentences_of_their_own_document(task, corpus):
     texts = [*[t for t in corpus.column("text").to_pylist() if len(t) > 400][:20], "One line."]
     encoded = task.encode(pa.table({"text": texts}))
     assert len(encoded.ids) > len(texts)  # sentences, not documents, are the units
-    batches = plan_batches(encoded.lengths, 4096, 64)
+    batches = form_batches(encoded.lengths, 4096, 64)
     results = restore(batches, [task.forward(encoded, b) for b in batches], np.empty(0))
     summaries = task.finish(encoded, results)["summary"].to_pylist()
     assert len(summaries) == len(texts)

@@ -13,16 +13,17 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from batchscore.config import InputConfig, ModelConfig, TensorConfig, load_job
-from batchscore.driver import run_job
 from batchscore.errors import InputDataError, JobError, ModelError, OutputConflictError
-from batchscore.executor import Executor
-from batchscore.int8_linear import int8_available
+from batchscore.job.load import load_job
+from batchscore.job.sections import InputConfig, ModelConfig, TensorConfig
 from batchscore.models.factories import find_factory
 from batchscore.models.features import feature_matrix
 from batchscore.models.formats import detect
 from batchscore.models.tensor import TensorTask, check_tensor_model
-from batchscore.sampler import plan_batches, restore
+from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.sampler import form_batches, restore
+from batchscore.precision.int8_linear import int8_available
 from tests.conftest import read_output, write_job
 
 FEATURES = ("x0", "x1", "x2", "x3")
@@ -36,12 +37,12 @@ def options(**keys) -> TensorConfig:
 def make_task(path: Path, features=FEATURES, **keys) -> TensorTask:
     model = ModelConfig(task="tensor", path=str(path), threads=1)
     inp = InputConfig(path=(), features=features)
-    return TensorTask(path, model, options(**keys), inp, Executor(model))
+    return TensorTask(path, model=model, options=options(**keys), inp=inp, executor=Executor(model))
 
 
 def score(task: TensorTask, table: pa.Table, max_rows: int = 7):
     encoded = task.encode(table)
-    batches = plan_batches(encoded.lengths, 1 << 20, max_rows, sort=task.bucketing)
+    batches = form_batches(encoded.lengths, 1 << 20, max_rows, sort=task.bucketing)
     with torch.inference_mode():
         results = restore(batches, [task.forward(encoded, b) for b in batches], np.empty(0))
     return encoded, batches, task.finish(encoded, results)

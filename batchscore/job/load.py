@@ -1,0 +1,195 @@
+"""Loading a job file: TOML, ``--set`` overrides, then every section validated in one pass.
+
+All of a file's problems are reported at once, each naming the file and the ``[section].key``;
+checks across sections (a budget below the model's window, prompt columns, a task that needs a
+local model) run after each section is valid on its own.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from batchscore.errors import JobError
+from batchscore.job.prompt import template_problem
+from batchscore.job.schema import build, coerce, describe, did_you_mean, show
+from batchscore.job.sections import (
+    DEFAULT_MODEL,
+    SECTIONS,
+    BatchingConfig,
+    Engine,
+    GenerateConfig,
+    InputConfig,
+    Job,
+    ModelConfig,
+    SummarizeConfig,
+    TensorConfig,
+)
+from batchscore.job.where import where_problem
+
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``section.key=value``; the value is read as TOML, else taken as a bare string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise JobError(f"--set {text}: expected section.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> None:
+    """Apply ``--set`` overrides to the raw TOML tables in place."""
+    for text in overrides:
+        keys, value = parse_override(text)
+        table = raw
+        for part in keys[:-1]:
+            table = table.setdefault(part, {})
+            if not isinstance(table, dict):
+                raise JobError(f"--set {text}: {part} is not a section")
+        table[keys[-1]] = value
+
+
+def resolve(base: Path, path: str) -> str:
+    """Resolve a job-relative path; URLs (``s3://...``) pass through untouched."""
+    if "://" in path:
+        return path
+    return str((base / Path(path).expanduser()).resolve())
+
+
+def load_job(path: str | Path, overrides: list[str] = ()) -> Job:
+    """Read, override and validate a job file; raise `JobError` listing every problem at once."""
+    source = Path(path)
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise JobError(f"{source}: job file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JobError(f"{source}: cannot read job file: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise JobError(f"{source}: not valid TOML: {exc}") from None
+    apply_overrides(raw, list(overrides))
+    return job_from_dict(raw, source)
+
+
+def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
+    """Validate parsed TOML into a `Job`; `source` names the file in messages and anchors paths."""
+    problems: list[str] = []
+    base = source.resolve().parent
+    name = raw.pop("name", source.stem)
+    if not isinstance(name, str) or not name:
+        problems.append(f"{source}: name: expected a non-empty string, got {show(name)}")
+    engine = raw.pop("engine", "local")
+    if not coerce(engine, Engine)[0]:
+        problems.append(f"{source}: engine: expected {describe(Engine)}, got {show(engine)}")
+    for key, value in raw.items():
+        if key not in SECTIONS:
+            problems.append(f"{source}: [{key}]: unknown section{did_you_mean(key, SECTIONS)}")
+        elif not isinstance(value, dict):
+            problems.append(f"{source}: {key}: expected a [{key}] table, got {show(value)}")
+    tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
+
+    def section(key: str, **extra: Any) -> Any:
+        return build(SECTIONS[key], tables.get(key, {}), f"{source}: [{key}]", problems, **extra)
+
+    inp = section("input")
+    model = section("model")
+    batching = section("batching")
+    output = section("output")
+    quality = section("quality")
+    task = section(model.task) if model else None
+    ray = section("ray")
+
+    if inp:
+        inp = replace(inp, path=tuple(resolve(base, p) for p in inp.path))
+        if not inp.path:
+            problems.append(f"{source}: [input].path: names no input")
+        if inp.where is not None and (problem := where_problem(inp.where)):
+            problems.append(f"{source}: [input].where: {problem}")
+    if output:
+        output = replace(output, path=resolve(base, output.path))
+    if model:
+        model = check_model(model, base, source, problems)
+    fixed_budget = batching and batching.max_tokens != "auto"
+    if model and fixed_budget and model.max_length and batching.max_tokens < model.max_length:
+        problems.append(
+            f"{source}: [batching].max_tokens: {batching.max_tokens} is below "
+            f"[model].max_length {model.max_length}, so one long row could never fit"
+        )
+    if model and inp and batching and task:
+        found = task_problems(task, inp=inp, model=model, batching=batching)
+        problems += [f"{source}: {p}" for p in found]
+    if engine == "ray" and model and batching:
+        for key, value in (
+            ("[model].precision", model.precision),
+            ("[batching].max_tokens", batching.max_tokens),
+        ):
+            if value == "auto":
+                problems.append(
+                    f'{source}: {key}: "auto" is measured on this machine, not on the Ray '
+                    'actors\' hardware; set it explicitly with engine = "ray"'
+                )
+    if problems:
+        raise JobError(problems)
+    return Job(name, source, inp, model, batching, output, task, quality, engine, ray)
+
+
+def task_problems(
+    options: Any, *, inp: InputConfig, model: ModelConfig, batching: BatchingConfig
+) -> list[str]:
+    """Checks between a task's own section and the others (prompt columns, features, budget)."""
+    problems = []
+    where = f"[{model.task}]"
+    if model.task in ("classify", "generate", "tensor") and not model.path:
+        problems.append(f"[model].path: task {model.task} needs a local model; no built-in does")
+    if isinstance(options, GenerateConfig | SummarizeConfig):
+        problem = template_problem(options.prompt)
+        if problem:
+            problems.append(f"{where}.prompt: {problem}")
+    if isinstance(options, GenerateConfig):
+        if options.do_sample and options.num_beams > 1:
+            problems.append(f"{where}.do_sample: sampling with num_beams > 1 is not supported")
+        budget, longest = batching.max_tokens, (model.max_length or 0) + options.max_new_tokens
+        if model.max_length and budget != "auto" and budget < longest:
+            problems.append(
+                f"[batching].max_tokens: {batching.max_tokens} is below [model]."
+                f"max_length + [generate].max_new_tokens ({model.max_length} + "
+                f"{options.max_new_tokens}), so one long row could never fit"
+            )
+    if isinstance(options, TensorConfig):
+        count = len(inp.features)
+        if not inp.features:
+            problems.append("[input].features: task tensor needs its feature columns")
+        elif options.num_features and count > 1 and options.num_features != count:
+            problems.append(
+                f"{where}.num_features: {options.num_features}, but [input].features names "
+                f"{count} columns"
+            )
+        if options.factory_args and not options.factory:
+            problems.append(f"{where}.factory_args: given without a factory")
+        if options.factory and options.format in ("torchscript", "export"):
+            problems.append(f"{where}.factory: a {options.format} file holds its own model")
+    return problems
+
+
+def check_model(model: ModelConfig, base: Path, source: Path, problems: list[str]) -> ModelConfig:
+    """Checks across [model] keys; fills in the default model and resolves a local path."""
+    if not DEVICE.fullmatch(model.device):
+        problems.append(
+            f'{source}: [model].device: expected auto, cpu, cuda or cuda:N, got "{model.device}"'
+        )
+    if model.name and model.path:
+        problems.append(f"{source}: [model]: set name or path, not both")
+    name, path = model.name, model.path
+    if path:
+        path = resolve(base, path)
+    elif not name:
+        name = DEFAULT_MODEL
+    return replace(model, name=name, path=path)

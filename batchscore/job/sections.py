@@ -1,0 +1,197 @@
+"""The job file's sections: one small frozen dataclass per TOML table, and the whole `Job`.
+
+Each pipeline stage receives only its own section (the reader `InputConfig`, the sampler
+`BatchingConfig`, ...), so a stage can be read, tested and changed without knowing the rest.
+The dataclasses are the schema: `batchscore.job.schema` builds them from TOML, naming every
+problem. Task sections are keyed by `[model].task` in `TASK_SECTIONS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
+Precision = Literal["fp32", "fp16", "bf16", "int8", "auto"]
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """Which shards to read and which of their columns matter."""
+
+    path: tuple[str, ...]
+    text: str = "text"
+    features: tuple[str, ...] = ()
+    id: str | None = None
+    keep: tuple[str, ...] = ()
+    where: str | None = None  # a SQL predicate over input columns; rows it rejects are skipped
+
+    @property
+    def carried(self) -> tuple[str, ...]:
+        """Input columns copied unchanged to the output: the id, then `keep`."""
+        return tuple(dict.fromkeys(([self.id] if self.id else []) + list(self.keep)))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What to run and how: the model, its precision, device and truncation."""
+
+    task: Task
+    name: str | None = None
+    path: str | None = None
+    precision: Precision = "fp32"
+    device: str = "auto"
+    max_length: int | None = field(default=None, metadata={"min": 1})
+    threads: int | None = field(default=None, metadata={"min": 1})
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """How rows become batches: the token budget and the window the sampler sorts."""
+
+    max_tokens: int | Literal["auto"] = field(default=16384, metadata={"min": 1})
+    max_rows: int = field(default=512, metadata={"min": 1})
+    sort: bool = True
+    window_rows: int = field(default=8192, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where results go and how large a unit of commit is."""
+
+    path: str
+    on_error: Literal["fail", "skip"] = "fail"
+    max_bad_share: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
+    chunk_rows: int = field(default=50_000, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """[quality]: how closely a precision other than fp32 must agree with fp32 on the job's rows.
+
+    Measured on the first ``sample_rows`` rows before the first chunk is scored (and recorded, so
+    a resumed run does not measure again); `batchscore check` measures it on demand.
+    """
+
+    sample_rows: int = field(default=256, metadata={"min": 1})
+    min_cosine: float = field(default=0.99, metadata={"min": -1.0, "max": 1.0})
+    min_agreement: float = field(default=0.99, metadata={"min": 0.0, "max": 1.0})
+    min_exact_match: float = field(default=0.9, metadata={"min": 0.0, "max": 1.0})
+    max_relative_error: float = field(default=0.01, metadata={"min": 0.0})
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """[embed]: the embedding task's options."""
+
+    normalize: bool = True
+
+
+@dataclass(frozen=True)
+class ClassifyConfig:
+    """[classify]: a sequence-classification model's label, and optionally every probability."""
+
+    all_scores: bool = False
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """[generate]: a prompt template over input columns and how to decode.
+
+    Greedy unless ``num_beams > 1`` (beam search) or ``do_sample`` (seeded sampling, where
+    ``temperature``, ``top_k`` (0: off) and ``top_p`` (1: off) shape the distribution).
+    """
+
+    prompt: str | None = None
+    max_new_tokens: int = field(default=64, metadata={"min": 1})
+    num_beams: int = field(default=1, metadata={"min": 1})
+    do_sample: bool = False
+    temperature: float = field(default=1.0, metadata={"min": 0.01})
+    top_k: int = field(default=0, metadata={"min": 0})
+    top_p: float = field(default=1.0, metadata={"min": 0.01, "max": 1.0})
+    seed: int = field(default=0, metadata={"min": 0})
+
+
+@dataclass(frozen=True)
+class SummarizeConfig:
+    """[summarize]: extractive summaries built from sentence embeddings, or abstractive ones.
+
+    The first three keys drive the extractive default (an encoder such as MiniLM); ``prompt``,
+    ``max_new_tokens`` and ``num_beams`` apply when `[model].path` is a generative model.
+    """
+
+    sentences: int = field(default=3, metadata={"min": 1})
+    diversity: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
+    max_sentences: int = field(default=256, metadata={"min": 1})
+    prompt: str | None = None
+    max_new_tokens: int = field(default=128, metadata={"min": 1})
+    num_beams: int = field(default=1, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class TensorConfig:
+    """[tensor]: a numeric model over feature columns; `output` says how to read its rows."""
+
+    output: Literal["class", "value"]
+    format: Literal["auto", "torchscript", "export", "safetensors"] = "auto"
+    factory: str | None = None
+    factory_args: dict[str, Any] = field(default_factory=dict)
+    num_features: int | None = field(default=None, metadata={"min": 1})
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """[ray]: the cluster the Ray engine joins and the model actors it starts there.
+
+    ``address`` None starts a local Ray instance; "auto" or ``ray://host:10001`` joins one.
+    ``actors`` defaults to one per GPU (``num_gpus`` each), or one per ``num_cpus`` CPU slots.
+    """
+
+    address: str | None = None
+    actors: int | None = field(default=None, metadata={"min": 1})
+    num_cpus: float = field(default=1.0, metadata={"min": 0.0})
+    num_gpus: float | None = field(default=None, metadata={"min": 0.0})
+
+
+TASK_SECTIONS: dict[str, type] = {
+    "embed": EmbedConfig,
+    "classify": ClassifyConfig,
+    "generate": GenerateConfig,
+    "summarize": SummarizeConfig,
+    "tensor": TensorConfig,
+}
+SECTIONS: dict[str, type] = {
+    "input": InputConfig,
+    "model": ModelConfig,
+    "batching": BatchingConfig,
+    "output": OutputConfig,
+    "quality": QualityConfig,
+    "ray": RayConfig,
+    **TASK_SECTIONS,
+}
+Engine = Literal["local", "ray"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A whole validated job; `task` holds the section of the job's own task."""
+
+    name: str
+    source: Path
+    input: InputConfig
+    model: ModelConfig
+    batching: BatchingConfig
+    output: OutputConfig
+    task: Any
+    quality: QualityConfig = field(default_factory=QualityConfig)
+    engine: Engine = "local"  # where chunks are scored: this process, or actors on a Ray cluster
+    ray: RayConfig = field(default_factory=RayConfig)
+
+    @property
+    def output_dir(self) -> Path:
+        """The output folder (absolute)."""
+        return Path(self.output.path)

@@ -1,0 +1,107 @@
+"""Agreement measures: how far a precision moves a task's outputs from fp32, on the job's rows.
+
+Each task declares its own measure (`Task.agreement`) from the kinds here: vectors by cosine,
+labels and classes by agreement (and the largest probability change), text by exact match (and
+token overlap), values by relative error. `[quality]` sets the thresholds. A task cannot pass the
+quality gate by having outputs nobody compares: the gate asks the task, never the column names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from batchscore.job.sections import QualityConfig
+
+Columns = dict[str, pa.Array]
+
+
+@dataclass
+class Agreement:
+    """Measured agreement with fp32, and the thresholds it missed."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def check(self, name: str, value: float, limit: float, at_least: bool = True) -> None:
+        """Record a metric and whether it is on the right side of its threshold."""
+        self.metrics[name] = value
+        if (value < limit) if at_least else (value > limit):
+            self.failures.append(f"{name} {value:.4f} {'<' if at_least else '>'} {limit}")
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in self.metrics.items())
+        return shown + ("" if self.passed else f"; fails the gate: {', '.join(self.failures)}")
+
+
+def numbers(column: pa.Array) -> np.ndarray:
+    """A numeric column, scalars or lists, as floats."""
+    return np.asarray(column.to_pylist(), dtype=np.float64)
+
+
+def share_equal(a: pa.Array, b: pa.Array) -> float:
+    return float(np.mean([x == y for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True)]))
+
+
+def token_overlap(a: pa.Array, b: pa.Array) -> float:
+    """Mean token F1 between paired texts (whitespace tokens, counted as multisets)."""
+    scores = []
+    for x, y in zip(a.to_pylist(), b.to_pylist(), strict=True):
+        left, right = (x or "").split(), (y or "").split()
+        common = sum(min(left.count(t), right.count(t)) for t in set(left))
+        scores.append(1.0 if not left and not right else 2 * common / (len(left) + len(right)))
+    return float(np.mean(scores))
+
+
+def vectors(reference: Columns, candidate: Columns, column: str, gate: QualityConfig) -> Agreement:
+    """Vectors by cosine: the worst row must reach `min_cosine`."""
+    result = Agreement()
+    a, b = numbers(reference[column]), numbers(candidate[column])
+    cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+    result.check("cosine_min", float(cos.min()), gate.min_cosine)
+    result.metrics["cosine_mean"] = float(cos.mean())
+    return result
+
+
+def labels(
+    reference: Columns, candidate: Columns, probabilities: str, gate: QualityConfig
+) -> Agreement:
+    """Labels by agreement (`min_agreement`), with the largest change of ``probabilities``."""
+    result = Agreement()
+    agreement = share_equal(reference["label"], candidate["label"])
+    result.check("label_agreement", agreement, gate.min_agreement)
+    change = np.abs(numbers(reference[probabilities]) - numbers(candidate[probabilities])).max()
+    result.metrics["max_probability_change"] = float(change)
+    return result
+
+
+def texts(reference: Columns, candidate: Columns, column: str, gate: QualityConfig) -> Agreement:
+    """Texts by exact match (`min_exact_match`), with the mean token overlap."""
+    result = Agreement()
+    exact = share_equal(reference[column], candidate[column])
+    result.check("exact_match", exact, gate.min_exact_match)
+    result.metrics["token_overlap"] = token_overlap(reference[column], candidate[column])
+    return result
+
+
+def classes(reference: Columns, candidate: Columns, column: str, gate: QualityConfig) -> Agreement:
+    """Class numbers by agreement (`min_agreement`)."""
+    result = Agreement()
+    agreement = share_equal(reference[column], candidate[column])
+    result.check("prediction_agreement", agreement, gate.min_agreement)
+    return result
+
+
+def values(reference: Columns, candidate: Columns, column: str, gate: QualityConfig) -> Agreement:
+    """Numbers by their largest relative error (`max_relative_error`)."""
+    result = Agreement()
+    a, b = numbers(reference[column]), numbers(candidate[column])
+    error = float((np.abs(a - b) / np.maximum(np.abs(a), 1e-6)).max())
+    result.check("max_relative_error", error, gate.max_relative_error, at_least=False)
+    return result

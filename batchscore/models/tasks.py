@@ -1,0 +1,66 @@
+"""Task adapters, in one table keyed by `[model].task`; see `batchscore.models.base`.
+
+One task has two adapters: `summarize` is extractive over an encoder (the built-in MiniLM) and
+abstractive over a generative model, told apart by the model's config, never by its name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from batchscore.errors import ModelError
+from batchscore.job.sections import InputConfig, ModelConfig
+from batchscore.models.base import Task
+from batchscore.models.classify import ClassifyTask
+from batchscore.models.embed import EmbedTask
+from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask, is_generative
+from batchscore.models.locate import check_model_files
+from batchscore.models.summarize import SummarizeTask
+from batchscore.models.tensor import TensorTask, check_tensor_model
+from batchscore.pipeline.executor import Executor
+
+TASKS: dict[str, type] = {
+    "embed": EmbedTask,
+    "classify": ClassifyTask,
+    "generate": GenerateTask,
+    "summarize": SummarizeTask,
+    "tensor": TensorTask,
+}
+
+
+def input_kinds(task: str, inp: InputConfig, options: Any) -> dict[str, str]:
+    """Input columns a task reads, each with the kind it must be ("text" or "numeric")."""
+    return TASKS[task].input_kinds(inp, options)
+
+
+def check_model(task: str, path: Path, *, options: Any, allow_pickle: bool = False) -> None:
+    """Check the model's files are there and in a loadable format, without loading weights."""
+    if task == "tensor":
+        check_tensor_model(path, options)
+    else:
+        check_model_files(path, allow_pickle)
+
+
+def generates(model: ModelConfig, path: Path) -> bool:
+    """Whether the job's task generates text (its outputs are tokens, not numbers to compare)."""
+    if model.task == "summarize":
+        return is_generative(path, model.trust_remote_code)
+    return model.task == "generate"
+
+
+def load_task(
+    path: Path, *, model: ModelConfig, options: Any, inp: InputConfig, executor: Executor
+) -> Task:
+    """Build the adapter for the job's task around the model at ``path``."""
+    if model.task == "summarize":
+        if is_generative(path, model.trust_remote_code):
+            return AbstractiveSummarizeTask(
+                path, model=model, options=options, inp=inp, executor=executor
+            )
+        if options.prompt is not None:
+            raise ModelError(
+                f"[summarize].prompt: {path} is an encoder, which summarizes extractively "
+                "and reads no prompt; remove the prompt or use a generative model"
+            )
+    return TASKS[model.task](path, model=model, options=options, inp=inp, executor=executor)

@@ -1,0 +1,80 @@
+"""What a run did, measured: counters while it runs, then a summary and a JSON report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RunStats:
+    """Counters one run accumulates; `report` derives the rates from them."""
+
+    rows: int = 0
+    units: int = 0
+    duplicates: int = 0
+    tokens: int = 0
+    computed_tokens: int = 0
+    padded_tokens: int = 0
+    batches: int = 0
+    truncated: int = 0
+    bad_rows: int = 0
+    filtered: int = 0  # input rows `[input].where` dropped, in the chunks committed
+    chunks_committed: int = 0
+    chunks_already_done: int = 0
+    rows_already_done: int = 0
+    load_s: float = 0.0
+    tuning_s: float = 0.0
+    model_busy_s: float = 0.0  # summed over model replicas
+    replicas: int = 1  # models that ran side by side (Ray actors)
+    actors_replaced: int = 0
+    started: float = field(default_factory=time.time)
+    wall_s: float = 0.0
+
+    def report(self, **context: Any) -> dict[str, Any]:
+        """The run report: counters, derived rates, and whatever context the driver adds."""
+        wall = max(self.wall_s, 1e-9)
+        return {
+            **asdict(self),
+            "padding_efficiency": round(self.computed_tokens / self.padded_tokens, 4)
+            if self.padded_tokens
+            else 1.0,
+            "rows_per_s": round(self.rows / wall, 2),
+            "tokens_per_s": round(self.tokens / wall, 1),
+            # per replica, so it stays a share of 0-1 however many models ran
+            "model_busy_share": round(self.model_busy_s / (wall * max(self.replicas, 1)), 4),
+            **context,
+        }
+
+
+def summary(report: dict[str, Any]) -> str:
+    """A few human lines from a run report."""
+    return "\n".join(
+        [
+            f"batchscore: {report['job']}: {report['rows']:,} rows scored in "
+            f"{report['wall_s']:.1f} s ({report['rows_per_s']:,.1f} rows/s, "
+            f"{report['tokens_per_s']:,.0f} tokens/s)",
+            f"  tokens: {report['tokens']:,} real; {report['computed_tokens']:,} run (repeats "
+            f"skipped) as {report['padded_tokens']:,} padded (padding efficiency "
+            f"{report['padding_efficiency']:.3f}) in {report['batches']:,} "
+            f"batches; {report['truncated']:,} inputs truncated, "
+            f"{report['duplicates']:,} repeats scored once",
+            f"  model busy {report['model_busy_share']:.1%} of wall time; model load "
+            f"{report['load_s']:.1f} s; {report['device']}, {report['precision']}",
+            f"  chunks: {report['chunks_committed']} committed now, "
+            f"{report['chunks_already_done']} already done ({report['rows_already_done']:,} rows)",
+            *(
+                [f"  filtered: {report['filtered']:,} input rows dropped by [input].where"]
+                if report.get("filtered")
+                else []
+            ),
+            *([f"  int8: {report['int8']}"] if report.get("int8") else []),
+            *(
+                [f"  ray: {report['actors_replaced']} model actor(s) died and were replaced"]
+                if report.get("actors_replaced")
+                else []
+            ),
+            f"  output: {report['output']}",
+        ]
+    )

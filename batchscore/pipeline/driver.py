@@ -1,0 +1,196 @@
+"""The driver: the recipe that wires the stages for one job, explicitly.
+
+    reader thread:  chunk rows -> where -> task.encode -> batches     (stages.windows, ahead)
+    model thread:   batches -> model -> output rows in input order     (scoring.Scorer)
+    writer thread:  rows -> temp Parquet -> publish -> commit record   (output.committer, behind)
+
+The middle stage is the engine's (`batchscore.engines`): this process, or model actors on a
+Ray cluster that score whole chunks; deciding the pending work and committing stay here.
+
+A shard that cannot be read fails alone: its open chunk is dropped, the other shards commit,
+and the run ends with `InputDataError` so the next run retries it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from batchscore import __version__
+from batchscore.engines import open_engine
+from batchscore.errors import InputDataError, WriteError
+from batchscore.job.sections import Job
+from batchscore.models.base import Task
+from batchscore.models.locate import locate
+from batchscore.models.tasks import input_kinds
+from batchscore.observe.metrics import write_metrics
+from batchscore.observe.progress import Progress
+from batchscore.observe.report import RunStats
+from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.committer import Committer
+from batchscore.output.fingerprint import fingerprint_parts
+from batchscore.output.layout import report_name
+from batchscore.output.lock import hold_lock
+from batchscore.output.pending import pending_work
+from batchscore.pipeline.executor import resolve_device
+from batchscore.pipeline.shards import find_shards
+from batchscore.pipeline.stages import Scored
+from batchscore.pipeline.threads import Sink
+from batchscore.precision.choose import settle
+from batchscore.precision.table import check_precision
+
+log = logging.getLogger("batchscore")
+
+
+def run_job(
+    job: Job,
+    *,
+    restart: bool = False,
+    progress: str = "off",
+    accept_quality: bool = False,
+    metrics_file: Path | None = None,
+) -> dict[str, Any]:
+    """Score every row of the job not yet committed; return the run report.
+
+    Raises `LockHeldError` when another run holds the job, `OutputConflictError` when the output
+    was made with other settings, `QualityGateError` when the precision fails its gate (unless
+    ``accept_quality``), and `InputDataError` (after committing every other shard) when some
+    shard could not be read. The run report is written whatever happens, and so are the
+    Prometheus metrics in ``metrics_file`` when one is given.
+    """
+    if job.engine == "local":  # refuse a device or precision this machine lacks before any work
+        check_precision(job.model.precision, resolve_device(job.model.device))
+    ckpt = Checkpoint(job.output.path)
+    with hold_lock(ckpt.lock_path, job.name, ckpt.output):
+        start, stats = time.perf_counter(), RunStats()
+        failures: list[dict[str, str]] = []
+        outcome, report = "failed", None
+        context: dict[str, Any] = {
+            "engine": job.engine,
+            "device": job.model.device,
+            "precision": job.model.precision,
+        }
+        try:
+            model_path = locate(job.model)
+            ckpt.claim(job.name, fingerprint_parts(job, model_path), restart)
+            try:
+                failures = run_pending(
+                    job,
+                    ckpt,
+                    model_path=model_path,
+                    stats=stats,
+                    progress=progress,
+                    accept_quality=accept_quality,
+                    context=context,
+                )
+                outcome = "ok" if not failures else "shards failed"
+            except KeyboardInterrupt:
+                outcome = "interrupted"
+                raise
+            finally:
+                stats.wall_s = time.perf_counter() - start
+                report = stats.report(
+                    job=job.name,
+                    outcome=outcome,
+                    output=job.output.path,
+                    failed_shards=failures,
+                    version=__version__,
+                    **context,
+                )
+                ckpt.save_report(report_name(stats.started, os.getpid()), report)
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+            raise
+        finally:
+            if metrics_file is not None:
+                if report is None:  # failed before scoring began
+                    stats.wall_s = time.perf_counter() - start
+                    report = stats.report(job=job.name, outcome=outcome)
+                try:
+                    write_metrics(metrics_file, report, ckpt.reports())
+                except WriteError as exc:
+                    if sys.exc_info()[0] is None:
+                        raise
+                    log.error("%s", exc)  # the run's own error is the one to report
+        if failures:
+            raise InputDataError(
+                f"{len(failures)} shard(s) failed and were not committed; the other shards "
+                "were. Fix or remove them and run again to retry:\n  "
+                + "\n  ".join(f["error"] for f in failures)
+            )
+        return report
+
+
+def run_pending(
+    job: Job,
+    ckpt: Checkpoint,
+    *,
+    model_path: Path,
+    stats: RunStats,
+    progress: str,
+    accept_quality: bool,
+    context: dict[str, Any],
+) -> list[dict[str, str]]:
+    """Find the pending chunks, settle what the job leaves to measurement, then stream every
+    pending chunk through the engine and the committer; return the failed shards.
+
+    ``context`` receives what the run report should say about the model: where it ran, the
+    precision in force and the measured decisions behind it.
+    """
+    for garbage in ckpt.sweep():
+        log.info("removed %s, left by an interrupted run", garbage)
+    todo = pending_work(
+        job.input,
+        kinds=input_kinds(job.model.task, job.input, job.task),
+        chunk_rows=job.output.chunk_rows,
+        shards=find_shards(job.input),
+        ckpt=ckpt,
+    )
+    stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
+    if not todo.chunks:
+        return todo.failures
+    tuning = time.perf_counter()
+    recorded = ckpt.settled()
+    job, decision, gated = settle(job, model_path, recorded, accept=accept_quality)
+    if decision:
+        ckpt.settle(decision)
+    stats.tuning_s = time.perf_counter() - tuning
+    context["settled"] = decision or recorded
+    engine = open_engine(job)
+    try:
+        loaded = time.perf_counter()
+        task = engine.load(model_path, stats, len(todo.chunks), gated)
+        gated = None  # the engine holds what it adopted; let the rest go
+        stats.load_s = time.perf_counter() - loaded
+        context.update(device=engine.device, precision=engine.precision)
+        if engine.quantization:
+            context["int8"] = engine.quantization
+        committer = Committer(job.output, ckpt, output_schema(job, todo.carried, task), stats)
+        bar = Progress(sum(c.rows for c in todo.chunks), progress)
+        sink: Sink[Scored] = Sink(committer, depth=2)
+        try:
+            engine.score(todo.chunks, sink, bar, stats)
+        finally:
+            bar.close()
+            try:
+                sink.close()
+            finally:
+                committer.abort()
+    finally:
+        engine.close()
+        stats.model_busy_s = engine.busy_s
+    return todo.failures + committer.failures
+
+
+def output_schema(job: Job, carried: pa.Schema, task: Task) -> pa.Schema:
+    """Carried columns (their first shard's types), the task's columns, then `error` if skipping."""
+    fields = [*carried, *task.columns]
+    if job.output.on_error == "skip":
+        fields.append(pa.field("error", pa.string()))
+    return pa.schema(fields)

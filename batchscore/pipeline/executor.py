@@ -1,0 +1,90 @@
+"""Executor: where the model runs. Device and precision are decided once, at load, never per batch.
+
+A precision is an entry of `batchscore.precision.table` applied as a load-time transform; the batch
+loop only moves inputs to the device and times the model, so "model busy" is measured in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+from batchscore.errors import JobError
+from batchscore.job.sections import ModelConfig
+from batchscore.precision.table import check_precision, precision
+
+T = TypeVar("T")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (the affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def resolve_device(spec: str) -> torch.device:
+    """Turn ``auto | cpu | cuda | cuda:N`` into a device this machine has."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise JobError(f'[model].device: "{spec}" asked for, but this machine has no CUDA GPU')
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise JobError(
+                f'[model].device: "{spec}" asked for, but only {torch.cuda.device_count()} GPU(s)'
+            )
+    return device
+
+
+class Executor:
+    """Holds the device, dtype and thread count, prepares modules, and times model calls."""
+
+    def __init__(self, model: ModelConfig) -> None:
+        self.device = resolve_device(model.device)
+        check_precision(model.precision, self.device)
+        self.precision = model.precision
+        self.dtype = precision(model.precision).dtype
+        self.busy_s = 0.0
+        self.prepared: list[torch.nn.Module] = []  # what int8 calibration will quantize
+        self.quantization = ""  # what int8 did, for the run report
+        if self.device.type == "cpu":
+            # One intra-op thread per core: more threads only fight over the same cores.
+            torch.set_num_threads(model.threads or available_cores())
+
+    def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Cast once, move once, switch to inference behaviour (no dropout, no grad)."""
+        module = module.to(device=self.device, dtype=self.dtype).eval()
+        module.requires_grad_(False)
+        self.prepared.append(module)
+        return module
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A host array on the device; pinned on CUDA so the copy can overlap (non_blocking)."""
+        tensor = torch.from_numpy(array)
+        if self.device.type == "cuda":
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor
+
+    def release_memory(self) -> None:
+        """Return cached blocks to the device after an out-of-memory, before trying smaller."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def run(self, fn: Callable[[], T]) -> T:
+        """Call the model under inference_mode and add the time to `busy_s`.
+
+        ``fn`` must return host data (e.g. ``.cpu()``): that copy is the sync point that makes the
+        timing true on CUDA, where kernels otherwise return before they finish.
+        """
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = fn()
+        self.busy_s += time.perf_counter() - start
+        return out

@@ -1,0 +1,59 @@
+"""Preflight: everything about a job that can be checked without loading weights or scoring
+(what `batchscore validate` prints)."""
+
+from __future__ import annotations
+
+from batchscore.engines.ray import import_ray
+from batchscore.errors import BatchscoreError, JobError
+from batchscore.job.sections import Job
+from batchscore.job.where import RowFilter
+from batchscore.models.locate import locate
+from batchscore.models.tasks import check_model, input_kinds
+from batchscore.output.pending import check_where
+from batchscore.pipeline.executor import resolve_device
+from batchscore.pipeline.shards import check_columns, find_shards, open_shard
+from batchscore.precision.table import check_precision
+
+
+def preflight(job: Job) -> list[str]:
+    """Check inputs, model and device; return findings, or raise `JobError` with every problem."""
+    problems: list[str] = []
+    facts: list[str] = []
+    try:
+        shards = find_shards(job.input)
+    except BatchscoreError as exc:
+        problems.append(str(exc))
+        shards = []
+    rows = 0
+    rows_filter = RowFilter(job.input.where) if job.input.where is not None else None
+    for shard in shards:
+        try:
+            pf = open_shard(shard)
+            check_where(rows_filter, shard, pf.schema_arrow)
+            kinds = input_kinds(job.model.task, job.input, job.task)
+            check_columns(shard, pf.schema_arrow, job.input.carried, kinds)
+            rows += pf.metadata.num_rows
+        except BatchscoreError as exc:
+            problems.append(str(exc))
+    if shards:
+        facts.append(f"input: {len(shards)} shard(s), {rows:,} rows")
+    try:
+        path = locate(job.model)
+        check_model(job.model.task, path, options=job.task, allow_pickle=job.model.allow_pickle)
+        facts.append(f"model: {job.model.name} at {path}" if job.model.name else f"model: {path}")
+    except BatchscoreError as exc:
+        problems.append(str(exc))
+    try:
+        device = resolve_device(job.model.device)
+        check_precision(job.model.precision, device)
+        facts.append(f"device: {device}, precision {job.model.precision}")
+    except BatchscoreError as exc:
+        problems.append(str(exc))
+    if job.engine == "ray":
+        try:
+            facts.append(f"engine: ray {import_ray().__version__}")
+        except BatchscoreError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise JobError([f"{job.source}: {p}" for p in problems])
+    return facts

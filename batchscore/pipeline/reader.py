@@ -1,0 +1,107 @@
+"""Reader: stream one chunk's rows in bounded windows, with `[input].where` applied.
+
+Rows are read one row group at a time with only the needed columns, so memory is bounded by the
+window, never by the shard. The run, the quality gate and int8 calibration all read rows here,
+so the same `where` holds everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from batchscore import faults
+from batchscore.errors import InputDataError
+from batchscore.job.where import RowFilter
+from batchscore.output.pending import Chunk
+from batchscore.pipeline.shards import Shard, open_shard, read_error
+
+
+def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> Iterator[pa.Table]:
+    """Stream a chunk's rows as tables of at most `window_rows`, reading only its row groups.
+
+    An empty chunk yields one empty table, so every chunk reaches the writer and gets committed.
+    """
+    pf = open_shard(chunk.shard)
+    if chunk.rows == 0:
+        yield pf.schema_arrow.empty_table().select(list(columns))
+        return
+    groups, offset, first = [], 0, None
+    for g in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(g).num_rows
+        if offset < chunk.stop and offset + n > chunk.start:
+            groups.append(g)
+            first = offset if first is None else first
+        offset += n
+    skip, remaining = chunk.start - first, chunk.rows
+    pending: list[pa.RecordBatch] = []
+    buffered = 0
+    for batch in iter_batches(pf, chunk.shard, groups, columns, window_rows):
+        if skip:
+            cut = min(skip, batch.num_rows)
+            batch, skip = batch.slice(cut), skip - cut
+        batch = batch.slice(0, remaining)
+        remaining -= batch.num_rows
+        pending.append(batch)
+        buffered += batch.num_rows
+        while buffered >= window_rows:
+            table = pa.Table.from_batches(pending)
+            yield table.slice(0, window_rows)
+            rest = table.slice(window_rows)
+            pending, buffered = rest.to_batches(), rest.num_rows
+        if remaining == 0:
+            break
+    if remaining:
+        raise InputDataError(
+            f"{chunk.shard.path}: ended {remaining} rows short of its footer's count"
+        )
+    if buffered:
+        yield pa.Table.from_batches(pending)
+
+
+def iter_batches(
+    pf: pq.ParquetFile, shard: Shard, groups: list[int], columns: tuple[str, ...], size: int
+) -> Iterator[pa.RecordBatch]:
+    """`ParquetFile.iter_batches`, with a decoding failure named by its shard."""
+    batches = pf.iter_batches(batch_size=size, row_groups=groups, columns=list(columns))
+    while True:
+        try:
+            faults.hit("read-window")
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as exc:
+            raise read_error(shard, "cannot decode rows", exc) from exc
+        yield batch
+
+
+@dataclass
+class Rows:
+    """One window of a chunk's rows, those that passed `[input].where`."""
+
+    table: pa.Table
+    offset: int  # shard row of the window's first input row
+    read: int  # input rows the window covers, before `where`
+    kept: np.ndarray | None = None  # with `where`: the shard row of each table row
+
+    def shard_row(self, r: int) -> int:
+        """The shard row of the window's row ``r``, for messages."""
+        return self.offset + r if self.kept is None else int(self.kept[r])
+
+
+def read_rows(
+    chunk: Chunk, columns: tuple[str, ...], window_rows: int, row_filter: RowFilter | None
+) -> Iterator[Rows]:
+    """A chunk's rows in windows of at most ``window_rows`` input rows, filtered by `where`."""
+    offset = chunk.start
+    for table in read_windows(chunk, columns, window_rows):
+        read, kept = table.num_rows, None
+        if row_filter is not None:
+            positions = row_filter.keep(table)
+            table, kept = table.take(positions), offset + positions
+        yield Rows(table, offset, read, kept)
+        offset += read

@@ -1,0 +1,258 @@
+"""Scoring in the model's thread: a window's batches through the model, surviving out-of-memory,
+and the results turned into output rows in input order (`Scorer`, one per loaded model).
+
+Out of memory is not fatal: the batch is re-planned under half the padded tokens it had, the
+smaller budget holds for the rest of the shard, and a single row that cannot fit even alone
+becomes that row's error. Rows are never dropped: every row leaves with an output or an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from batchscore import faults
+from batchscore.errors import InputDataError
+from batchscore.job.sections import Job
+from batchscore.models.base import Task
+from batchscore.observe.progress import Progress
+from batchscore.observe.report import RunStats
+from batchscore.output.pending import Chunk
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.sampler import padded_tokens, restore
+from batchscore.pipeline.stages import Scored, Window, batches, windows
+
+log = logging.getLogger("batchscore")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or the CPU allocator giving up."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+
+
+@dataclass
+class Budget:
+    """The token budget in force; it shrinks after an out-of-memory and resets per shard."""
+
+    configured: int
+    max_tokens: int = 0
+    shard: int = -1
+
+    def for_shard(self, shard: int) -> int:
+        if shard != self.shard:
+            self.shard, self.max_tokens = shard, self.configured
+        return self.max_tokens
+
+
+@dataclass
+class Outcome:
+    """A window's model results in unit order, and the window rows that failed in the model."""
+
+    results: Any
+    errors: dict[int, str] = field(default_factory=dict)
+    batches: list[np.ndarray] = field(default_factory=list)
+
+
+def run_window(
+    window: Window,
+    cut: list[np.ndarray],
+    *,
+    task: Task,
+    executor: Executor,
+    budget: Budget,
+    max_rows: int,
+    progress: Progress,
+) -> Outcome:
+    """Run every batch; on out-of-memory, re-plan what is left under a smaller budget.
+
+    When the window has repeats (``same_as``: unit -> the identical unit that is scored for
+    it), batches cover only the distinct units and each duplicate gets its twin's result (and
+    its twin's failure).
+    """
+    encoded, same_as = window.encoded, window.same_as
+    rows_per_unit = window.rows.table.num_rows / max(len(window.units), 1)
+    sizes = encoded.lengths + encoded.reserve
+    queue, done, outputs, failed = list(cut), [], [], []
+    while queue:
+        batch = queue.pop(0)
+        padded = padded_tokens(sizes, [batch])
+        try:
+            faults.hit("model-batch", tokens=padded)
+            outputs.append(executor.run(lambda batch=batch: task.forward(encoded, batch)))
+            done.append(batch)
+            progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            executor.release_memory()
+            if len(batch) == 1:
+                failed.append(int(batch[0]))
+                progress.advance(rows_per_unit, 0)
+                continue
+            # Halve this batch for sure (so the loop always ends), and re-cut what is still
+            # queued under the smaller budget, which also holds for the rest of the shard.
+            budget.max_tokens = max(1, padded // 2)
+            log.warning(
+                "out of memory on %d rows x %d tokens; budget now %d tokens",
+                len(batch), padded // len(batch), budget.max_tokens,
+            )  # fmt: skip
+            half = len(batch) // 2
+            if queue:
+                rest = np.concatenate(queue)
+                queue = batches(encoded, rest, budget.max_tokens, max_rows=max_rows, sort=True)
+            queue[:0] = [batch[:half], batch[half:]]
+    units = len(encoded.lengths)
+    if same_as is not None and failed:  # a duplicate of a row that failed fails too
+        failed = np.flatnonzero(np.isin(same_as, failed)).tolist()
+    errors = {
+        int(encoded.rows[encoded.owners[u]]): "out of memory even as a batch of one row"
+        for u in failed
+    }
+    ran = list(done)
+    if failed:
+        if not outputs:  # every unit failed: there is nothing to assemble
+            return Outcome(None, errors, ran)
+        # a stand-in result keeps every unit in place; its row is nulled and reported
+        outputs.append(np.repeat(outputs[0][:1], len(failed), axis=0))
+        done.append(np.asarray(failed))
+    empty = np.empty((0,), dtype=np.float32)
+    results = restore(done, outputs, empty, size=units)
+    if same_as is not None and len(results):
+        results = results[same_as]
+    return Outcome(results, errors, ran)
+
+
+def assemble(
+    table: pa.Table,
+    columns: dict[str, pa.Array],
+    *,
+    carried: tuple[str, ...],
+    fields: list[pa.Field],
+    encoded_rows: np.ndarray,
+    errors: dict[int, str],
+    with_error_column: bool,
+) -> pa.Table:
+    """Output rows in input order: carried columns, task columns (null for failed rows), error."""
+    n = table.num_rows
+    position = np.full(n, -1, dtype=np.int64)
+    position[encoded_rows] = np.arange(len(encoded_rows))
+    position[list(errors)] = -1
+    take = pa.array(position, mask=position < 0)
+    in_place = not errors and len(encoded_rows) == n
+    out = table.select(list(carried))
+    for f in fields:
+        if f.name not in columns:
+            values = pa.nulls(n, f.type)
+        else:
+            values = columns[f.name] if in_place else columns[f.name].take(take)
+        out = out.append_column(f, values)
+    if with_error_column:
+        messages = [errors.get(i) for i in range(n)]
+        out = out.append_column(pa.field("error", pa.string()), pa.array(messages, pa.string()))
+    return out
+
+
+def count(stats: RunStats, window: Window, ran: list[np.ndarray]) -> None:
+    """Add a scored window to the run's counters.
+
+    ``tokens`` counts every unit's tokens (the work delivered); ``computed_tokens`` and
+    ``padded_tokens`` only the units the model ran, so repeats skipped are not padding.
+    """
+    encoded = window.encoded
+    units = np.concatenate(ran) if ran else np.empty(0, dtype=np.int64)
+    stats.rows += window.rows.table.num_rows
+    stats.units += len(encoded.lengths)
+    stats.duplicates += len(encoded.lengths) - len(window.units)
+    stats.tokens += int(encoded.lengths.sum())
+    stats.computed_tokens += int(encoded.lengths[units].sum())
+    stats.padded_tokens += padded_tokens(encoded.lengths, ran)
+    stats.batches += len(ran)
+    stats.truncated += encoded.truncated
+
+
+class Scorer:
+    """The model's thread: turns a window of rows into output rows (`Scored`)."""
+
+    def __init__(
+        self, job: Job, task: Task, executor: Executor, *, stats: RunStats, progress: Progress
+    ) -> None:
+        self.job, self.task, self.executor = job, task, executor
+        self.stats, self.progress = stats, progress
+        self.budget = Budget(job.batching.max_tokens)
+        self.skip = job.output.on_error == "skip"
+
+    def __call__(self, window: Window) -> Scored:
+        if window.error is not None:
+            return Scored(window.chunk, error=window.error)
+        chunk, encoded, rows = window.chunk, window.encoded, window.rows
+        max_tokens = self.budget.for_shard(chunk.shard.index)
+        cut = window.batches
+        if max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
+            sort = self.job.batching.sort and self.task.bucketing
+            cut = batches(encoded, window.units, max_tokens, max_rows=self.max_rows, sort=sort)
+        outcome = run_window(
+            window,
+            cut,
+            task=self.task,
+            executor=self.executor,
+            budget=self.budget,
+            max_rows=self.max_rows,
+            progress=self.progress,
+        )
+        if not len(encoded.lengths):
+            self.progress.advance(rows.table.num_rows, 0)
+        errors = {**encoded.errors, **outcome.errors}
+        if errors and not self.skip:
+            row, message = min(errors.items())
+            error = InputDataError(f"{chunk.shard.path}: row {rows.shard_row(row)}, {message}")
+            return Scored(chunk, error=error)
+        columns = {} if outcome.results is None else self.task.finish(encoded, outcome.results)
+        table = assemble(
+            rows.table,
+            columns,
+            carried=self.job.input.carried,
+            fields=self.task.columns,
+            encoded_rows=encoded.rows,
+            errors=errors,
+            with_error_column=self.skip,
+        )
+        count(self.stats, window, outcome.batches)
+        return Scored(chunk, table, self.rejected(window, errors), read=rows.read)
+
+    @property
+    def max_rows(self) -> int:
+        return self.job.batching.max_rows
+
+    def rejected(self, window: Window, errors: dict[int, str]) -> pa.Table | None:
+        """Rows recorded with an error, listed for `_batchscore/rejected/`."""
+        if not errors:
+            return None
+        rows = sorted(errors)
+        listing = {
+            "shard": [window.chunk.shard.path] * len(rows),
+            "row": [window.rows.shard_row(r) for r in rows],
+        }
+        if self.job.input.id:
+            listing["id"] = window.rows.table.column(self.job.input.id).take(rows)
+        listing["error"] = [errors[r] for r in rows]
+        return pa.table(listing)
+
+
+def score_chunk(job: Job, chunk: Chunk, scorer: Scorer) -> list[Scored]:
+    """Every window of one chunk, scored: the unit of work a remote engine's worker returns.
+
+    The list ends at the first failed window (the shard's error), as the local stream does.
+    """
+    parts = []
+    for window in windows(job, [chunk], scorer.task):
+        parts.append(scorer(window))
+        if parts[-1].error is not None:
+            break
+    return parts

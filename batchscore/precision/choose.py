@@ -1,0 +1,157 @@
+"""What a job leaves to measurement, decided once per output folder before anything is scored.
+
+- The quality gate: a precision other than fp32 scores the job's first rows next to fp32 and is
+  refused when the two agree less than `[quality]` demands (see `batchscore.precision.gate`).
+- ``precision = "auto"``: every precision the device runs natively is timed on those rows, and
+  the fastest one that passes the gate is chosen.
+- ``precision = "int8"``: which Linear layers may run in int8 is measured on those rows too,
+  every time the model loads (see `batchscore.precision.load`); the gate then judges the result.
+- ``max_tokens = "auto"``: batch budgets are timed on those rows (with the chosen precision),
+  and the fastest that fits in memory is chosen.
+
+The decision is recorded in the output folder, so a resumed run reuses it and one output never
+mixes precisions; the run report carries it, reasons included.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from batchscore.errors import QualityGateError
+from batchscore.job.sections import Job
+from batchscore.models.tasks import generates
+from batchscore.pipeline.executor import resolve_device
+from batchscore.pipeline.scoring import is_out_of_memory
+from batchscore.pipeline.stages import batches, sample_rows
+from batchscore.precision.gate import Trial, judge, trial
+from batchscore.precision.load import trial_budget
+from batchscore.precision.table import available, precision
+
+log = logging.getLogger("batchscore")
+BUDGETS = {"cpu": (2048, 4096, 8192, 16384), "cuda": (8192, 16384, 32768, 65536, 131072)}
+
+
+def choose_precision(
+    job: Job, model_path: Path, table: pa.Table, *, accept: bool
+) -> tuple[Trial, dict[str, Any]]:
+    """Gate the job's precision (or, for "auto", pick the fastest that passes); say why.
+
+    At most two models are loaded at a time: the best so far and the one being measured.
+    """
+    wanted = job.model.precision
+    auto = wanted == "auto"
+    budget = trial_budget(job)
+    reference = trial(job, model_path, "fp32", table=table, max_tokens=budget, timed=auto)
+    if wanted == "fp32":
+        return reference, {"precision": "fp32", "why": "fp32 is the reference"}
+    device = resolve_device(job.model.device)
+    candidates = [p for p in available(device) if precision(p).gated] if auto else [wanted]
+    if auto and generates(job.model, model_path):
+        candidates = [p for p in candidates if precision(p).generates]
+    best, measured = reference, [reference.describe()]
+    for name in candidates:
+        candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=auto)
+        candidate.agreement = judge(reference, candidate, job.quality)
+        measured.append(candidate.describe())
+        log.info("quality gate: %s", candidate.describe())
+        if not auto or (candidate.agreement.passed and candidate.rows_per_s > best.rows_per_s):
+            best.unload()
+            best = candidate
+        else:
+            candidate.unload()
+    record: dict[str, Any] = {"trials": measured, "sample_rows": table.num_rows}
+    if auto:
+        why = "the fastest that passes the quality gate, of: " + "; ".join(measured)
+    elif best.agreement.passed:
+        why = f"{wanted} passes the quality gate: {best.agreement.describe()}"
+    elif accept:
+        why = f"{wanted} FAILS the quality gate, accepted: {best.agreement.describe()}"
+    else:
+        raise QualityGateError(
+            f"[model].precision = {wanted!r} fails the quality gate on the first "
+            f"{table.num_rows} rows: {best.agreement.describe()}. Use another precision, "
+            "relax [quality], or pass --accept-quality to score anyway"
+        )
+    agreement = best.agreement.metrics if best.agreement else None
+    return best, {**record, "precision": best.precision, "agreement": agreement, "why": why}
+
+
+def choose_budget(job: Job, chosen: Trial, table: pa.Table) -> dict[str, Any]:
+    """Time each candidate budget on the sample's rows (repeated to fill it); keep the fastest."""
+    task, executor = chosen.task, chosen.executor
+    encoded = task.encode(table)
+    sizes = encoded.lengths + encoded.reserve
+    if not len(sizes):
+        return {"max_tokens": trial_budget(job), "why": "no rows to measure; default budget"}
+    budgets = [b for b in BUDGETS[executor.device.type] if b >= sizes.max()]
+    speeds: dict[int, float] = {}
+    for budget in budgets:
+        copies = int(np.ceil(2 * budget / sizes.sum()))
+        units = np.tile(np.arange(len(sizes)), copies)
+        cut = batches(encoded, units, budget, max_rows=job.batching.max_rows, sort=task.bucketing)
+        try:
+            executor.run(lambda b=cut[0]: task.forward(encoded, b))  # warm-up, and OOM probe
+            start = time.perf_counter()
+            tokens = 0
+            for b in cut:
+                executor.run(lambda b=b: task.forward(encoded, b))
+                tokens += int(encoded.lengths[b].sum())
+                if tokens >= budget:
+                    break
+            speeds[budget] = tokens / (time.perf_counter() - start)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            executor.release_memory()
+            break  # larger budgets will not fit either
+    best = max(speeds.values())
+    choice = min(b for b, s in speeds.items() if s >= 0.98 * best)  # near-ties: less memory
+    shown = ", ".join(f"{b}: {s:,.0f} tokens/s" for b, s in speeds.items())
+    return {"max_tokens": choice, "why": f"fastest that fits ({shown})"}
+
+
+def settle(
+    job: Job, model_path: Path, recorded: dict[str, Any] | None, *, accept: bool = False
+) -> tuple[Job, dict[str, Any] | None, Trial | None]:
+    """The job with "auto" settings made concrete and its precision gated.
+
+    ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete job,
+    the new decision to record (None when there was nothing to decide) and the chosen trial,
+    whose loaded model the local engine adopts instead of loading (and calibrating) it again.
+    """
+    if recorded:
+        return concrete(job, recorded), None, None
+    needs_budget = job.batching.max_tokens == "auto"
+    if job.model.precision == "fp32" and not needs_budget:
+        return job, None, None
+    table = sample_rows(job, job.quality.sample_rows)
+    chosen, decision = choose_precision(job, model_path, table, accept=accept)
+    decision = {"precision": decision}
+    if needs_budget:
+        decision["batching"] = choose_budget(job, chosen, table)
+        log.info("max_tokens = auto: %s", decision["batching"]["why"])
+    log.info("precision %s: %s", chosen.precision, decision["precision"]["why"])
+    return concrete(job, decision), decision, chosen
+
+
+def concrete(job: Job, decision: dict[str, Any]) -> Job:
+    """Apply a decision's precision and budget to the job."""
+    model = dataclasses.replace(job.model, precision=decision["precision"]["precision"])
+    batching = job.batching
+    if "batching" in decision:
+        batching = dataclasses.replace(batching, max_tokens=decision["batching"]["max_tokens"])
+    return dataclasses.replace(job, model=model, batching=batching)
+
+
+def check(job: Job, model_path: Path) -> tuple[dict[str, Any], bool]:
+    """`batchscore check`: measure the gate on the job's rows without recording or scoring."""
+    table = sample_rows(job, job.quality.sample_rows)
+    chosen, decision = choose_precision(job, model_path, table, accept=True)
+    return decision, chosen.agreement is None or chosen.agreement.passed

@@ -1,0 +1,72 @@
+"""The quality gate: a precision scores the job's sample rows next to fp32, and the task's own
+agreement measure (`Task.agreement`) judges the two against `[quality]`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from batchscore.job.sections import Job, QualityConfig
+from batchscore.models.agreement import Agreement
+from batchscore.models.base import Task
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.sampler import restore
+from batchscore.pipeline.stages import batches
+from batchscore.precision.load import load_at
+
+
+@dataclass
+class Trial:
+    """One precision scored on the sample: its results, speed and agreement with fp32."""
+
+    precision: str
+    columns: dict[str, pa.Array]
+    seconds: float
+    rows: int
+    task: Task | None
+    executor: Executor | None
+    agreement: Agreement | None = None
+
+    def unload(self) -> None:
+        """Let go of the model (its results and timing stay)."""
+        self.task = self.executor = None
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / max(self.seconds, 1e-9)
+
+    def describe(self) -> str:
+        quality = f", {self.agreement.describe()}" if self.agreement else ""
+        return f"{self.precision}: {self.rows_per_s:,.1f} rows/s{quality}"
+
+
+def trial(
+    job: Job, model_path: Path, precision: str, *, table: pa.Table, max_tokens: int, timed: bool
+) -> Trial:
+    """Load the model at ``precision`` and score ``table``; when ``timed``, score it twice and
+    time the second (warm) pass, since only a choice between precisions needs their speeds."""
+    executor = Executor(dataclasses.replace(job.model, precision=precision))
+    task = load_at(job, model_path, executor, table)
+    encoded = task.encode(table)
+    units = np.arange(len(encoded.lengths))
+    cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=task.bucketing)
+    outputs = [executor.run(lambda b=b: task.forward(encoded, b)) for b in cut]
+    seconds = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
+    if timed:
+        for b in cut:
+            executor.run(lambda b=b: task.forward(encoded, b))
+        seconds = executor.busy_s - seconds
+    results = restore(cut, outputs, np.empty((0,), dtype=np.float32))
+    columns = task.finish(encoded, results) if cut else {}
+    return Trial(precision, columns, seconds, len(encoded.rows), task, executor)
+
+
+def judge(reference: Trial, candidate: Trial, gate: QualityConfig) -> Agreement:
+    """The candidate's agreement with fp32, by the task's own measure; no rows, nothing to fail."""
+    if not reference.columns or not reference.rows:
+        return Agreement()
+    return candidate.task.agreement(reference.columns, candidate.columns, gate)

@@ -1,0 +1,86 @@
+"""A task loaded at a precision: the model cast at load (`Executor.prepare`), and for a calibrated
+precision (int8) transformed on the job's own rows before it scores anything.
+
+int8 calibration is deterministic, so every load of one job (the gate's trial, the run, each
+Ray replica) picks the same layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from batchscore.errors import ModelError
+from batchscore.job.sections import Job
+from batchscore.models.base import Task
+from batchscore.models.tasks import generates, load_task
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.stages import batches, sample_rows
+from batchscore.precision.int8 import quantize_int8
+from batchscore.precision.table import precision
+
+log = logging.getLogger("batchscore")
+TRIAL_BUDGET = 8192  # budget for trials and calibration when max_tokens is itself "auto"
+
+
+def trial_budget(job: Job) -> int:
+    """The token budget trials and calibration cut their batches with."""
+    budget = job.batching.max_tokens
+    return budget if isinstance(budget, int) else TRIAL_BUDGET
+
+
+def load_at(job: Job, model_path: Path, executor: Executor, sample: pa.Table | None = None) -> Task:
+    """Load the job's task at the executor's precision; calibrate it on ``sample`` (the gate's
+    rows, read when not given) when the precision is a calibrated one."""
+    model = dataclasses.replace(job.model, precision=executor.precision)
+    entry = precision(executor.precision)
+    if not entry.generates and generates(model, model_path):
+        raise ModelError(
+            f'[model].precision: "{executor.precision}" measures quality by comparing output '
+            f"vectors, and {model_path} generates text; use fp32 or bf16 for generation"
+        )
+    task = load_task(model_path, model=model, options=job.task, inp=job.input, executor=executor)
+    if entry.calibrated:
+        if sample is None:
+            sample = sample_rows(job, job.quality.sample_rows)
+        # Every other row: the gate then measures on the whole sample, half of it unseen here.
+        calibrate(job, task, executor, sample.take(np.arange(0, sample.num_rows, 2)))
+    return task
+
+
+def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None:
+    """Swap the model's Linear layers for int8 ones, keeping in float those the rows need.
+
+    The calibration compares each row's output vector with fp32's by cosine, against
+    `[quality].min_cosine`; a one-number output (a regressor) is compared batch-wide instead,
+    since the cosine of two single numbers only tells their signs apart.
+    """
+    encoded = task.encode(table)
+    units = np.arange(len(encoded.lengths))
+    cut = batches(
+        encoded, units, trial_budget(job), max_rows=job.batching.max_rows, sort=task.bucketing
+    )
+    if not cut:
+        raise ModelError("int8 calibrates on the job's first rows, and none of them can be scored")
+
+    def forward(module: torch.nn.Module, batch: np.ndarray) -> torch.Tensor:
+        out = np.asarray(task.forward(encoded, batch), dtype=np.float32).reshape(len(batch), -1)
+        return torch.from_numpy(out if out.shape[1] > 1 else out.reshape(1, -1))
+
+    report = None
+    if executor.prepared:  # TorchScript and torch.export models are loaded as they are
+        module = executor.prepared[-1]
+        _, report = quantize_int8(module, cut, forward, min_cosine=job.quality.min_cosine)
+    if report is None or not report.quantized:
+        raise ModelError(
+            f'[model].precision: "int8" found no torch.nn.Linear layer to quantize in '
+            f"{job.model.path or job.model.name} (TorchScript and torch.export models hide them); "
+            "use fp32 or bf16"
+        )
+    executor.quantization = report.summary()
+    log.info("int8: %s", executor.quantization)

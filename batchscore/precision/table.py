@@ -1,0 +1,81 @@
+"""The precisions, in one table keyed by `[model].precision`: everything that differs between them.
+
+Adding a precision is one entry: the dtype the model's float parts run in, which devices run it
+natively (faster than fp32), whether text generation may use it, and whether the loaded model is
+transformed on the job's own rows (int8's calibration, see `batchscore.precision.load`).
+Precision is decided once, at load; the batch loop never branches on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import get_args
+
+import torch
+
+from batchscore.errors import JobError
+from batchscore.job.sections import Precision as PrecisionName
+from batchscore.precision.int8_linear import int8_available
+
+
+def bf16_native(device: torch.device) -> bool:
+    """CUDA with bf16 units; a CPU with AVX-512 BF16 or AMX (oneDNN reports which)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def fp16_native(device: torch.device) -> bool:
+    """Every CUDA GPU; a CPU with AVX-512 FP16 or AMX-FP16. Elsewhere fp16 is emulated (slow)."""
+    return device.type == "cuda" or bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+
+
+def int8_native(device: torch.device) -> bool:
+    """The CPU's oneDNN int8 kernels (see `batchscore.precision.int8_linear`)."""
+    return device.type == "cpu" and int8_available()
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One precision and everything that sets it apart."""
+
+    dtype: torch.dtype  # what the model's float parts run in
+    native: Callable[[torch.device], bool]  # whether this device runs it faster than fp32
+    gated: bool = True  # compared with fp32 on the job's rows before it scores them
+    generates: bool = True  # text generation may use it
+    calibrated: bool = False  # the loaded model is transformed on the job's own rows
+
+
+PRECISIONS: dict[str, Precision] = {
+    "fp32": Precision(torch.float32, lambda device: True, gated=False),
+    "fp16": Precision(torch.float16, fp16_native),
+    "bf16": Precision(torch.bfloat16, bf16_native),
+    # int8's Linear layers go int8 once calibrated; everything else stays float32 (`int8.py`).
+    # Its calibration compares output vectors, which generated text does not have.
+    "int8": Precision(torch.float32, int8_native, generates=False, calibrated=True),
+}
+# The job file's vocabulary is these names plus "auto" (a choice among them, see `choose`).
+assert set(get_args(PrecisionName)) == {*PRECISIONS, "auto"}, "precision table out of step"
+
+
+def precision(name: str) -> Precision:
+    """The table entry for ``name``; an unknown name lists the known ones."""
+    if name not in PRECISIONS:
+        raise JobError(f'[model].precision: "{name}" is not one of {", ".join(PRECISIONS)}')
+    return PRECISIONS[name]
+
+
+def available(device: torch.device) -> list[str]:
+    """The precisions this device runs natively, fp32 first; the others are refused."""
+    return [name for name, entry in PRECISIONS.items() if entry.native(device)]
+
+
+def check_precision(name: str, device: torch.device) -> None:
+    """Refuse a precision the device cannot run well, listing the ones it can."""
+    fast = available(device)
+    if name not in [*fast, "auto"]:
+        raise JobError(
+            f'[model].precision: "{name}" has no native support on {device} here '
+            f"and would run slower than fp32; use one of {', '.join(fast)}"
+        )

@@ -1,0 +1,50 @@
+"""The `Store` protocol: every operation the commit protocol needs from an output folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Store(Protocol):
+    """An output folder. ``rel`` paths are relative to it, with ``/`` separators."""
+
+    url: str  # the folder as the job names it
+    staging: Path  # a local folder for temporary files
+    lock_path: Path  # the local file whose flock guards the job
+
+    def where(self, rel: str) -> str:
+        """The full path or URL of ``rel``, for messages."""
+        ...
+
+    def prepare(self, *rel_dirs: str) -> None:
+        """Create the folders the run will write into (and the local staging folder)."""
+        ...
+
+    def read_text(self, rel: str) -> str | None:
+        """A file's text, or None when it does not exist."""
+        ...
+
+    def write_json(self, rel: str, data: Any) -> None:
+        """Replace ``rel`` with ``data`` as JSON, atomically."""
+        ...
+
+    def names(self, rel_dir: str) -> list[str]:
+        """Names of the files directly in ``rel_dir`` (none when it does not exist)."""
+        ...
+
+    def delete(self, rel: str) -> None:
+        """Remove a file; a missing one is fine."""
+        ...
+
+    def barrier(self, rel_dir: str) -> None:
+        """Make earlier deletions in ``rel_dir`` durable before what follows."""
+        ...
+
+    def sync(self, local: Path) -> None:
+        """Make a finished staging file durable, ready to publish."""
+        ...
+
+    def publish(self, local: Path, rel: str) -> None:
+        """Move a finished staging file to ``rel``: visible whole, or not at all."""
+        ...

@@ -1,0 +1,72 @@
+"""The writer, by round trip: what goes in comes back, and nothing half-written is visible."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from batchscore.errors import WriteError
+from batchscore.pipeline.writer import ChunkWriter
+from batchscore.storage.local import LocalStore
+
+SCHEMA = pa.schema([("id", pa.string()), ("embedding", pa.list_(pa.float32()))])
+
+
+def visible(folder: Path) -> list[str]:
+    """What a dataset reader would pick up: *.parquet outside `_`/`.` names."""
+    return sorted(p.name for p in folder.glob("*.parquet") if not p.name.startswith((".", "_")))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    windows=st.lists(
+        st.lists(
+            st.tuples(st.text(max_size=20), st.lists(st.floats(width=32), max_size=4)),
+            max_size=10,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_round_trip(tmp_path_factory, windows):
+    out = tmp_path_factory.mktemp("out")
+    store = LocalStore(out)
+    store.prepare()
+    writer = ChunkWriter(store, "00000-00000", SCHEMA)
+    for rows in windows:
+        writer.append(pa.table({"id": [r[0] for r in rows], "embedding": [r[1] for r in rows]},
+                               schema=SCHEMA))  # fmt: skip
+        assert visible(out) == []  # nothing visible before publish
+    expected = [r for rows in windows for r in rows]
+    path = writer.publish(len(expected))
+    assert visible(out) == ["part-00000-00000.parquet"]
+    assert list(store.staging.iterdir()) == []
+    back = pq.read_table(path)
+    assert back.schema == SCHEMA
+    assert back.column("id").to_pylist() == [r[0] for r in expected]
+    for got, (_, want) in zip(back.column("embedding").to_pylist(), expected, strict=True):
+        assert got == pytest.approx(want, nan_ok=True)
+
+
+def test_row_count_is_checked_before_publishing(tmp_path: Path):
+    store = LocalStore(tmp_path)
+    store.prepare()
+    writer = ChunkWriter(store, "00000-00000", SCHEMA)
+    writer.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
+    with pytest.raises(WriteError, match="holds 1 rows, expected 2"):
+        writer.publish(2)
+    assert visible(tmp_path) == []
+
+
+def test_abort_leaves_nothing(tmp_path: Path):
+    store = LocalStore(tmp_path)
+    store.prepare()
+    writer = ChunkWriter(store, "00001-00002", SCHEMA)
+    writer.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
+    writer.abort()
+    assert visible(tmp_path) == [] and list(store.staging.iterdir()) == []

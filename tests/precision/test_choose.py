@@ -1,0 +1,116 @@
+"""Settling "auto" and gating precision on the job's own rows, once per output folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from click.testing import CliRunner
+
+from batchscore.cli import main
+from batchscore.errors import QualityGateError
+from batchscore.job.load import load_job
+from batchscore.pipeline.driver import run_job
+from batchscore.precision.choose import BUDGETS
+from batchscore.precision.int8_linear import int8_available
+from batchscore.precision.table import available
+from tests.conftest import read_output
+from tests.reliability import make_job
+
+FAST = [p for p in available(torch.device("cpu")) if p != "fp32"]
+needs_fast = pytest.mark.skipif(not FAST, reason="this CPU runs no precision faster than fp32")
+
+
+@pytest.fixture
+def job(tmp_path: Path, small_corpus) -> Path:
+    return make_job(tmp_path, small_corpus.slice(0, 90))
+
+
+def settled(job: Path) -> dict:
+    return json.loads((job.parent / "out/_batchscore/settled.json").read_text())
+
+
+@needs_fast
+def test_precision_is_gated_once_and_recorded(job: Path):
+    sets = [f"model.precision={FAST[0]}", "quality.sample_rows=40"]
+    report = run_job(load_job(job, sets))
+    decision = report["settled"]["precision"]
+    assert decision["precision"] == FAST[0] and "passes the quality gate" in decision["why"]
+    assert decision["agreement"]["cosine_min"] >= 0.99
+    assert settled(job) == report["settled"]
+    (job.parent / "out/_batchscore/done/00001-00000.json").unlink()
+    again = run_job(load_job(job, sets))
+    assert again["settled"] == report["settled"] and again["tuning_s"] < 0.5  # not measured again
+
+
+@needs_fast
+def test_a_failing_precision_is_refused_unless_accepted(job: Path):
+    sets = [f"model.precision={FAST[0]}", "quality.sample_rows=40", "quality.min_cosine=1.0"]
+    with pytest.raises(QualityGateError, match=r"fails the quality gate on the first 40 rows"):
+        run_job(load_job(job, sets))
+    assert not list((job.parent / "out").glob("*.parquet"))  # nothing scored
+    report = run_job(load_job(job, sets), accept_quality=True)
+    assert "FAILS the quality gate, accepted" in report["settled"]["precision"]["why"]
+    assert report["rows"] == 90
+
+
+def test_auto_precision_picks_the_fastest_that_passes(job: Path):
+    report = run_job(load_job(job, ["model.precision=auto", "quality.sample_rows=40"]))
+    decision = report["settled"]["precision"]
+    assert decision["precision"] in ["fp32", *FAST] and report["precision"] == decision["precision"]
+    assert len(decision["trials"]) == 1 + len(FAST)
+    assert decision["why"].startswith("the fastest that passes the quality gate")
+
+
+@pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
+def test_int8_is_calibrated_on_the_jobs_rows_and_keeps_quality(tmp_path: Path, small_corpus):
+    rows = small_corpus.slice(0, 90)
+    reference = run_job(load_job(make_job(tmp_path / "fp32", rows)))
+    sets = ["model.precision=int8", "quality.sample_rows=40"]
+    report = run_job(load_job(make_job(tmp_path / "int8", rows), sets))
+    assert report["precision"] == "int8" and report["rows"] == reference["rows"] == 90
+    assert "Linear layers in int8" in report["int8"] and "calibration 20 rows" in report["int8"]
+    assert report["settled"]["precision"]["agreement"]["cosine_min"] >= 0.99
+    fp32 = np.array(read_output(tmp_path / "fp32/out")["embedding"].to_pylist())
+    int8 = np.array(read_output(tmp_path / "int8/out")["embedding"].to_pylist())
+    assert (fp32 * int8).sum(axis=1).min() >= 0.99  # every row, 70 of them never calibrated on
+
+
+def test_auto_budget_is_measured_and_used(job: Path):
+    report = run_job(load_job(job, ["batching.max_tokens=auto", "quality.sample_rows=40"]))
+    choice = report["settled"]["batching"]
+    assert choice["max_tokens"] in BUDGETS["cpu"] and "tokens/s" in choice["why"]
+    assert report["rows"] == 90
+
+
+def test_repeated_inputs_are_scored_once(tmp_path: Path, small_corpus):
+    job = make_job(tmp_path, small_corpus.slice(0, 30))
+    shard = sorted((tmp_path / "in").glob("*.parquet"))[0]
+    table = pq.read_table(shard)
+    texts = table["text"].to_pylist()
+    texts[1:6] = [texts[0]] * 5
+    pq.write_table(table.set_column(2, "text", pa.array(texts)), shard)
+    report = run_job(load_job(job))
+    assert report["duplicates"] == 5
+    out = read_output(tmp_path / "out")["embedding"].to_pylist()
+    assert all(out[i] == out[0] for i in range(1, 6))
+
+
+@needs_fast
+def test_check_command(job: Path):
+    sets = [f"model.precision={FAST[0]}", "quality.sample_rows=30"]
+
+    def check(*more: str):
+        args = [a for key in [*sets, *more] for a in ("--set", key)]
+        return CliRunner().invoke(main, ["check", str(job), *args])
+
+    ok = check()
+    assert ok.exit_code == 0, ok.stderr
+    assert "fp32:" in ok.output and "passes the quality gate" in ok.output
+    strict = check("quality.min_cosine=1.0")
+    assert strict.exit_code == 8 and "fails the quality gate" in strict.stderr

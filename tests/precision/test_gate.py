@@ -1,0 +1,65 @@
+"""Agreement between two scorings of the same rows, by each kind of measure, against the gate."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from batchscore.job.sections import QualityConfig
+from batchscore.models import agreement
+from batchscore.models.generate import AbstractiveSummarizeTask
+from batchscore.models.tasks import TASKS
+from batchscore.precision.gate import Trial, judge
+
+GATE = QualityConfig()
+
+
+def test_vectors_by_cosine():
+    ref = {"embedding": pa.array([[1.0, 0.0], [0.0, 1.0]])}
+    close = {"embedding": pa.array([[0.999, 0.01], [0.0, 2.0]])}
+    far = {"embedding": pa.array([[1.0, 0.0], [1.0, 1.0]])}
+    assert agreement.vectors(ref, close, "embedding", GATE).passed
+    bad = agreement.vectors(ref, far, "embedding", GATE)
+    assert not bad.passed and abs(bad.metrics["cosine_min"] - 0.7071) < 1e-3
+    assert bad.failures == ["cosine_min 0.7071 < 0.99"]
+
+
+def test_labels_by_agreement_and_probability_change():
+    ref = {"label": pa.array(["a", "b", "a", "a"]), "score": pa.array([0.9, 0.8, 0.7, 0.6])}
+    cand = {"label": pa.array(["a", "b", "b", "a"]), "score": pa.array([0.9, 0.8, 0.55, 0.6])}
+    result = agreement.labels(ref, cand, "score", GATE)
+    assert result.metrics["label_agreement"] == 0.75
+    assert abs(result.metrics["max_probability_change"] - 0.15) < 1e-9
+    assert not result.passed
+
+
+def test_text_by_exact_match_and_overlap():
+    ref = {"generated": pa.array(["the cat sat", "a dog", "yes"])}
+    cand = {"generated": pa.array(["the cat sat", "a cat", "yes"])}
+    result = agreement.texts(ref, cand, "generated", QualityConfig(min_exact_match=0.6))
+    assert result.passed and abs(result.metrics["exact_match"] - 2 / 3) < 1e-9
+    assert abs(result.metrics["token_overlap"] - (1 + 0.5 + 1) / 3) < 1e-9
+
+
+def test_classes_and_values():
+    classes = agreement.classes(
+        {"prediction": pa.array([1, 2, 3])}, {"prediction": pa.array([1, 2, 0])}, "prediction", GATE
+    )
+    assert classes.metrics["prediction_agreement"] == 2 / 3 and not classes.passed
+    values = agreement.values(
+        {"prediction": pa.array([1.0, 2.0])},
+        {"prediction": pa.array([1.001, 2.0])},
+        "prediction",
+        GATE,
+    )
+    assert values.passed and abs(values.metrics["max_relative_error"] - 0.001) < 1e-9
+
+
+def test_no_rows_nothing_to_fail():
+    empty = Trial("fp32", {"embedding": pa.array([], pa.list_(pa.float32()))}, 0.0, 0, None, None)
+    assert judge(empty, empty, GATE).passed
+
+
+def test_every_task_declares_its_own_measure():
+    """The gate asks the task; a task without a measure would pass the gate unchecked."""
+    for task in [*TASKS.values(), AbstractiveSummarizeTask]:
+        assert callable(getattr(task, "agreement", None)), task
