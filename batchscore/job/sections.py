@@ -82,6 +82,7 @@ class QualityConfig:
     min_agreement: float = field(default=0.99, metadata={"min": 0.0, "max": 1.0})
     min_exact_match: float = field(default=0.9, metadata={"min": 0.0, "max": 1.0})
     max_relative_error: float = field(default=0.01, metadata={"min": 0.0})
+    accept: bool = False  # score even when the precision fails the gate (--accept-quality)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ and the run ends with `InputDataError` so the next run retries it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -66,6 +67,8 @@ def run_job(
     """
     if job.engine == "local":  # refuse a device or precision this machine lacks before any work
         check_precision(job.model.precision, resolve_device(job.model.device))
+    if accept_quality:
+        job = dataclasses.replace(job, quality=dataclasses.replace(job.quality, accept=True))
     ckpt = Checkpoint(job.output.path)
     with hold_lock(ckpt.lock_path, job.name, ckpt.output):
         start, stats = time.perf_counter(), RunStats()
@@ -86,7 +89,6 @@ def run_job(
                     model_path=model_path,
                     stats=stats,
                     progress=progress,
-                    accept_quality=accept_quality,
                     context=context,
                 )
                 outcome = "ok" if not failures else "shards failed"
@@ -134,7 +136,6 @@ def run_pending(
     model_path: Path,
     stats: RunStats,
     progress: str,
-    accept_quality: bool,
     context: dict[str, Any],
 ) -> list[dict[str, str]]:
     """Find the pending chunks, settle what the job leaves to measurement, then stream every
@@ -157,7 +158,7 @@ def run_pending(
         return todo.failures
     tuning = time.perf_counter()
     recorded = ckpt.settled()
-    job, decision, gated = settle(job, model_path, recorded, accept=accept_quality)
+    job, decision, gated = settle(job, model_path, recorded)
     if decision:
         ckpt.settle(decision)
     stats.tuning_s = time.perf_counter() - tuning

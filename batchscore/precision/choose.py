@@ -38,13 +38,12 @@ log = logging.getLogger("batchscore")
 BUDGETS = {"cpu": (2048, 4096, 8192, 16384), "cuda": (8192, 16384, 32768, 65536, 131072)}
 
 
-def choose_precision(
-    job: Job, model_path: Path, table: pa.Table, *, accept: bool
-) -> tuple[Trial, dict[str, Any]]:
+def choose_precision(job: Job, model_path: Path, table: pa.Table) -> tuple[Trial, dict[str, Any]]:
     """Gate the job's precision (or, for "auto", pick the fastest that passes); say why.
 
     At most two models are loaded at a time: the best so far and the one being measured.
     """
+    accept = job.quality.accept
     wanted = job.model.precision
     auto = wanted == "auto"
     budget = trial_budget(job)
@@ -57,7 +56,14 @@ def choose_precision(
         candidates = [p for p in candidates if precision(p).generates]
     best, measured = reference, [reference.describe()]
     for name in candidates:
-        candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=auto)
+        try:
+            candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=auto)
+        except QualityGateError as exc:  # its calibration could not keep the promise
+            if not auto:
+                raise
+            measured.append(f"{name}: fails the quality gate ({exc})")
+            log.info("quality gate: %s", measured[-1])
+            continue
         candidate.agreement = judge(reference, candidate, job.quality)
         measured.append(candidate.describe())
         log.info("quality gate: %s", candidate.describe())
@@ -80,7 +86,10 @@ def choose_precision(
             "relax [quality], or pass --accept-quality to score anyway"
         )
     agreement = best.agreement.metrics if best.agreement else None
-    return best, {**record, "precision": best.precision, "agreement": agreement, "why": why}
+    record.update(precision=best.precision, agreement=agreement, why=why)
+    if accept and best.agreement and not best.agreement.passed:
+        record["accepted"] = True  # every later load of this output calibrates the same way
+    return best, record
 
 
 def choose_budget(job: Job, chosen: Trial, table: pa.Table) -> dict[str, Any]:
@@ -118,7 +127,7 @@ def choose_budget(job: Job, chosen: Trial, table: pa.Table) -> dict[str, Any]:
 
 
 def settle(
-    job: Job, model_path: Path, recorded: dict[str, Any] | None, *, accept: bool = False
+    job: Job, model_path: Path, recorded: dict[str, Any] | None
 ) -> tuple[Job, dict[str, Any] | None, Trial | None]:
     """The job with "auto" settings made concrete and its precision gated.
 
@@ -132,7 +141,7 @@ def settle(
     if job.model.precision == "fp32" and not needs_budget:
         return job, None, None
     table = sample_rows(job, job.quality.sample_rows)
-    chosen, decision = choose_precision(job, model_path, table, accept=accept)
+    chosen, decision = choose_precision(job, model_path, table)
     decision = {"precision": decision}
     if needs_budget:
         decision["batching"] = choose_budget(job, chosen, table)
@@ -142,16 +151,21 @@ def settle(
 
 
 def concrete(job: Job, decision: dict[str, Any]) -> Job:
-    """Apply a decision's precision and budget to the job."""
+    """Apply a decision's precision and budget (and an accepted gate failure) to the job."""
     model = dataclasses.replace(job.model, precision=decision["precision"]["precision"])
-    batching = job.batching
+    batching, quality = job.batching, job.quality
     if "batching" in decision:
         batching = dataclasses.replace(batching, max_tokens=decision["batching"]["max_tokens"])
-    return dataclasses.replace(job, model=model, batching=batching)
+    if decision["precision"].get("accepted"):
+        quality = dataclasses.replace(quality, accept=True)
+    return dataclasses.replace(job, model=model, batching=batching, quality=quality)
 
 
 def check(job: Job, model_path: Path) -> tuple[dict[str, Any], bool]:
     """`batchscore check`: measure the gate on the job's rows without recording or scoring."""
     table = sample_rows(job, job.quality.sample_rows)
-    chosen, decision = choose_precision(job, model_path, table, accept=True)
+    quality = dataclasses.replace(job.quality, accept=True)  # measure, whatever it shows
+    chosen, decision = choose_precision(
+        dataclasses.replace(job, quality=quality), model_path, table
+    )
     return decision, chosen.agreement is None or chosen.agreement.passed

@@ -83,7 +83,7 @@ def quantize_int8(
     module: nn.Module,
     batches: Sequence[object],
     forward: Forward,
-    min_cosine: float = 0.99,
+    min_cosine: float | None = 0.99,
     alpha: float | None = 0.5,
     headroom: float = 0.5,
     probe_rows: int = 8,
@@ -96,7 +96,8 @@ def quantize_int8(
         batches: a few hundred of the job's own rows, as whatever `forward` takes.
         forward: ``forward(module, batch) -> [rows, ...]`` float outputs (e.g. the pooled,
             normalized embeddings), compared row by row with the fp32 ones by cosine.
-        min_cosine: the promise for every row of the job.
+        min_cosine: the promise for every row of the job; None makes none: every Linear the
+            rows reach goes int8 (what a user who accepts int8's quality as it is asks for).
         alpha: SmoothQuant migration strength; None turns smoothing off.
         headroom: the calibration sample must beat ``min_cosine`` by this fraction of the gap to
             1 (0.5: 0.995 for 0.99), because the job has rows the sample has not seen.
@@ -106,7 +107,7 @@ def quantize_int8(
     """
     if not int8_available():
         raise RuntimeError("int8 needs PyTorch's oneDNN (mkldnn) CPU kernels, absent in this build")
-    if not 0 < min_cosine <= 1 or not 0 <= headroom < 1:
+    if (min_cosine is not None and not 0 < min_cosine <= 1) or not 0 <= headroom < 1:
         raise ValueError(f"min_cosine must be in (0, 1] and headroom in [0, 1), got {min_cosine}, "
                          f"{headroom}")  # fmt: skip
     if not batches:
@@ -114,7 +115,7 @@ def quantize_int8(
     if any(p.device.type != "cpu" for p in module.parameters()):
         raise ValueError("int8 runs on the CPU: quantize the module before moving it elsewhere")
     start = time.perf_counter()
-    target = min_cosine + headroom * (1 - min_cosine)
+    target = -1.0 if min_cosine is None else min_cosine + headroom * (1 - min_cosine)
     reference, absmax = input_absmax(module, batches, forward)
     rows = sum(len(r) for r in reference)
     slots, unseen = find_slots(module, absmax, alpha)

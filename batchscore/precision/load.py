@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from batchscore.errors import ModelError
+from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job
 from batchscore.models.base import Task
 from batchscore.models.tasks import generates, load_task
@@ -58,7 +58,9 @@ def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None
 
     The calibration compares each row's output vector with fp32's by cosine, against
     `[quality].min_cosine`; a one-number output (a regressor) is compared batch-wide instead,
-    since the cosine of two single numbers only tells their signs apart.
+    since the cosine of two single numbers only tells their signs apart. When no layer can go
+    int8 within that promise, int8 fails the quality gate (exit 8), unless the job accepts
+    int8's quality as it is (`[quality].accept`): then every layer the rows reach goes int8.
     """
     encoded = task.encode(table)
     units = np.arange(len(encoded.lengths))
@@ -76,6 +78,16 @@ def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None
     if executor.prepared:  # TorchScript and torch.export models are loaded as they are
         module = executor.prepared[-1]
         _, report = quantize_int8(module, cut, forward, min_cosine=job.quality.min_cosine)
+        if not report.quantized and report.sensitivity:  # Linear layers, none good enough
+            if not job.quality.accept:
+                raise QualityGateError(
+                    f'[model].precision = "int8" fails the quality gate on the first '
+                    f"{2 * table.num_rows} rows: with any Linear layer in int8, some row's "
+                    f"cosine with fp32 falls below [quality].min_cosine = "
+                    f"{job.quality.min_cosine}. Use another precision, relax [quality], or "
+                    "pass --accept-quality to score in int8 anyway"
+                )
+            _, report = quantize_int8(module, cut, forward, min_cosine=None)
     if report is None or not report.quantized:
         raise ModelError(
             f'[model].precision: "int8" found no torch.nn.Linear layer to quantize in '

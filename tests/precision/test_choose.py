@@ -81,6 +81,20 @@ def test_int8_is_calibrated_on_the_jobs_rows_and_keeps_quality(tmp_path: Path, s
     assert (fp32 * int8).sum(axis=1).min() >= 0.99  # every row, 70 of them never calibrated on
 
 
+@pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
+def test_int8_that_cannot_keep_the_promise_fails_the_gate_not_the_model(job: Path):
+    """Calibration that must keep every layer in float is the gate's verdict (exit 8), and
+    "auto" moves on to the next precision instead of failing the run."""
+    strict = ["quality.sample_rows=40", "quality.min_cosine=1.0"]
+    with pytest.raises(QualityGateError, match="with any Linear layer in int8") as caught:
+        run_job(load_job(job, ["model.precision=int8", *strict]))
+    assert caught.value.exit_code == 8
+    report = run_job(load_job(job, ["model.precision=auto", *strict, 'output.path="auto"']))
+    trials = report["settled"]["precision"]["trials"]
+    assert report["precision"] == "fp32" and report["rows"] == 90
+    assert any(t.startswith("int8: fails the quality gate") for t in trials)
+
+
 def test_auto_budget_is_measured_and_used(job: Path):
     report = run_job(load_job(job, ["batching.max_tokens=auto", "quality.sample_rows=40"]))
     choice = report["settled"]["batching"]
