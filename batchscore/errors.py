@@ -49,7 +49,8 @@ class ModelError(BatchscoreError):
 
 
 class OutputConflictError(BatchscoreError):
-    """The output folder holds another job's or another configuration's committed work."""
+    """The output folder holds another job's or another configuration's committed work, or a
+    file batchscore did not write where its output goes."""
 
     exit_code = 5
 
@@ -96,7 +97,8 @@ EXIT_CODES: dict[int, str] = {
     InputDataError.exit_code: "an input shard could not be read, or too many rows were bad; "
     "everything else was committed",
     ModelError.exit_code: "the model could not be found or loaded",
-    OutputConflictError.exit_code: "the output folder holds work from another job or configuration",
+    OutputConflictError.exit_code: "the output folder holds work from another job or "
+    "configuration, or a file batchscore did not write where a chunk's output goes",
     WriteError.exit_code: "an output chunk or checkpoint could not be written",
     TransientIOError.exit_code: "reading input failed transiently (I/O error); run again later",
     QualityGateError.exit_code: "the precision fails its quality gate against fp32; nothing scored",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -95,10 +96,35 @@ def embed_job(tmp_path: Path, shards: Path) -> Path:
     )
 
 
+def source_of(path: Path) -> str:
+    """The input shard a data file's footer names."""
+    return (pq.read_metadata(path).metadata or {}).get(b"batchscore.shard", b"").decode()
+
+
+def output_files(folder: Path) -> list[Path]:
+    """The data files of an output folder in input order: by the source shard and the row range
+    each file's footer names (file names are keyed by shard, not ordered by it)."""
+
+    def source(path: Path) -> tuple[str, int]:
+        meta = pq.read_metadata(path).metadata or {}
+        return source_of(path), int(meta.get(b"batchscore.rows", b"0-0").split(b"-")[0])
+
+    return sorted(folder.glob("*.parquet"), key=source)
+
+
 def read_output(folder: Path) -> pa.Table:
-    """Read an output folder as the contract says: every *.parquet, sorted by name, in order."""
-    files = sorted(folder.glob("*.parquet"))
+    """Read an output folder as the contract says: every data file, shards and rows in input
+    order."""
+    files = output_files(folder)
     return pa.concat_tables(pq.read_table(f) for f in files) if files else pa.table({})
+
+
+def record_of(out: Path, shard: int = 0, chunk: int = 0) -> Path:
+    """The commit record of the ``chunk``-th chunk of the ``shard``-th shard (in input order)."""
+    records = [json.loads(p.read_text()) | {"at": p} for p in (out / "_batchscore/done").glob("*")]
+    paths = sorted({r["shard"]["path"] for r in records})
+    picked = [r for r in records if r["shard"]["path"] == paths[shard]]
+    return sorted(picked, key=lambda r: r["start"])[chunk]["at"]
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 from batchscore.errors import BadRowsError, InputDataError, JobError
 from batchscore.job.load import load_job
 from batchscore.pipeline.driver import run_job
-from tests.conftest import read_output
+from tests.conftest import output_files, read_output, source_of
 from tests.reliability import make_job
 
 
@@ -48,8 +48,9 @@ def test_null_and_empty_texts_fail_their_shard_under_fail(job: Path):
         InputDataError, match=r"docs-001\.parquet: row 7, column 'text': text is null"
     ):
         run_job(load_job(job))
-    committed = {p.stem[:5] for p in (job.parent / "out/_batchscore/done").glob("*.json")}
-    assert committed == {"00000", "00002"}
+    done = (job.parent / "out/_batchscore/done").glob("*.json")
+    committed = {Path(json.loads(p.read_text())["shard"]["path"]).name for p in done}
+    assert committed == {"docs-000.parquet", "docs-002.parquet"}
 
 
 def test_null_and_empty_texts_are_recorded_under_skip(job: Path):
@@ -61,10 +62,11 @@ def test_null_and_empty_texts_are_recorded_under_skip(job: Path):
     errors = {i: e for i, e in enumerate(out["error"].to_pylist()) if e}
     assert errors == {47: "column 'text': text is null", 49: "column 'text': text is empty"}
     assert out["embedding"][47].as_py() is None and out["embedding"][48].as_py() is not None
-    rejected = pq.read_table(job.parent / "out/_batchscore/rejected/part-00001-00000.parquet")
-    assert rejected.column_names == ["shard", "row", "id", "error"]
-    assert rejected["row"].to_pylist() == [7, 9]
-    assert rejected["shard"][0].as_py().endswith("docs-001.parquet")
+    (listing,) = (job.parent / "out/_batchscore/rejected").glob("*.jsonl")
+    rejected = [json.loads(line) for line in listing.read_text().splitlines()]
+    assert [list(r) for r in rejected] == [["shard", "row", "id", "error"]] * 2
+    assert [r["row"] for r in rejected] == [7, 9]
+    assert rejected[0]["shard"].endswith("docs-001.parquet")
 
 
 def test_bad_row_share_above_the_limit_fails_the_run(job: Path):
@@ -112,7 +114,8 @@ def test_zero_row_shard_commits_an_empty_part(job: Path):
     pq.write_table(pq.read_table(shard(job, 0)).slice(0, 0), job.parent / "in/docs-003.parquet")
     report = run_job(load_job(job))
     assert report["outcome"] == "ok" and report["rows"] == 120
-    assert pq.read_metadata(job.parent / "out/part-00003-00000.parquet").num_rows == 0
+    (last,) = [f for f in output_files(job.parent / "out") if "docs-003" in source_of(f)]
+    assert pq.read_metadata(last).num_rows == 0
 
 
 def test_schema_drift_between_shards(job: Path):

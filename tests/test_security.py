@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def test_hostile_shard_names_never_shape_output_paths(tmp_path: Path, small_corp
     after = {p for p in tmp_path.rglob("*") if "out" not in p.relative_to(tmp_path).parts}
     assert report["rows"] == 60 and after == before  # nothing written outside the output
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    shards_chunks = [(s, c) for s in range(3) for c in range(2)]  # 20 rows a shard, 15 a chunk
-    assert names == ["_batchscore"] + [f"part-{s:05d}-{c:05d}.parquet" for s, c in shards_chunks]
+    assert names[:2] == ["_SUCCESS", "_batchscore"] and len(names) == 8  # 3 shards x 2 chunks
+    # names are keyed by a digest of the shard's path and the chunk number, never the path
+    assert all(re.fullmatch(r"part-[0-9a-f]{16}-0000[01]\.parquet", n) for n in names[2:])
     assert read_output(tmp_path / "out").num_rows == 60

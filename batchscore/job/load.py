@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscore.errors import JobError
+from batchscore.job.paths import overlap_problem
 from batchscore.job.prompt import template_problem
 from batchscore.job.schema import build, coerce, describe, did_you_mean, show
 from batchscore.job.sections import (
@@ -115,6 +116,8 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
             problems.append(f"{source}: [input].where: {problem}")
     if output:
         output = replace(output, path=resolve(base, output.path))
+        if inp and (problem := overlap_problem(inp.path, output.path)):
+            problems.append(f"{source}: {problem}")
     if model:
         model = check_model(model, base, source, problems)
     fixed_budget = batching and batching.max_tokens != "auto"

@@ -44,6 +44,10 @@ class ClassifyTask:
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
         return {inp.text: "text"}
 
+    @staticmethod
+    def output_names(options: ClassifyConfig) -> tuple[str, ...]:
+        return ("label", "score", "scores") if options.all_scores else ("label", "score")
+
     def __init__(
         self,
         path: Path,
@@ -63,7 +67,7 @@ class ClassifyTask:
         self.inputs = (inp.text,)
         self.columns = [pa.field("label", pa.string()), pa.field("score", pa.float32())]
         if self.all_scores:
-            self.columns.append(pa.field("scores", pa.list_(pa.float32())))
+            self.columns.append(pa.field("scores", pa.list_(pa.float32(), len(self.labels))))
 
     def encode(self, table: pa.Table) -> Encoded:
         return self.encoder.encode_rows(*text_rows(table, self.inputs[0]))

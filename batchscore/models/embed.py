@@ -87,13 +87,17 @@ class Embedder:
 
 
 class EmbedTask:
-    """embed: one `embedding` (list<float32>) per row."""
+    """embed: one `embedding` (fixed_size_list<float32>[dim]) per row."""
 
     bucketing = True
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
         return {inp.text: "text"}
+
+    @staticmethod
+    def output_names(options: object) -> tuple[str, ...]:
+        return ("embedding",)
 
     def __init__(
         self,
@@ -106,7 +110,7 @@ class EmbedTask:
     ) -> None:
         self.embedder = Embedder(path, model, executor, options.normalize)
         self.inputs = (inp.text,)
-        self.columns = [pa.field("embedding", pa.list_(pa.float32()))]
+        self.columns = [pa.field("embedding", pa.list_(pa.float32(), self.embedder.dim))]
 
     def encode(self, table: pa.Table) -> Encoded:
         return self.embedder.encoder.encode_rows(*text_rows(table, self.inputs[0]))
@@ -121,8 +125,8 @@ class EmbedTask:
         return agreement.vectors(reference, candidate, "embedding", gate)
 
 
-def vectors_to_arrow(vectors: np.ndarray, dim: int) -> pa.ListArray:
-    """[rows, dim] float32 -> list<float32> without a Python loop."""
-    flat = pa.array(vectors.reshape(-1), type=pa.float32())
-    offsets = pa.array(np.arange(0, len(flat) + 1, dim, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, flat)
+def vectors_to_arrow(vectors: np.ndarray, dim: int) -> pa.FixedSizeListArray:
+    """[rows, dim] float32 -> fixed_size_list<float32>[dim] without a Python loop (polars reads
+    it as an Array, pyarrow and Lance as vectors)."""
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), pa.float32())
+    return pa.FixedSizeListArray.from_arrays(flat, dim)

@@ -133,6 +133,10 @@ class GenerateTask:
     def input_kinds(inp: InputConfig, options: Any) -> dict[str, str]:
         return {c: "text" for c in Prompt(options.prompt, inp.text).columns}
 
+    @staticmethod
+    def output_names(options: object) -> tuple[str, ...]:
+        return ("generated", "prompt_tokens", "generated_tokens", "finish_reason")
+
     def __init__(
         self,
         path: Path,

@@ -52,6 +52,10 @@ class SummarizeTask:
         """The text column; or a generative model's prompt columns, when a prompt is set."""
         return {c: "text" for c in Prompt(options.prompt, inp.text).columns}
 
+    @staticmethod
+    def output_names(options: object) -> tuple[str, ...]:
+        return ("summary",)
+
     def __init__(
         self,
         path: Path,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from batchscore.errors import ModelError
-from batchscore.job.sections import InputConfig, ModelConfig
+from batchscore.errors import JobError, ModelError
+from batchscore.job.sections import InputConfig, Job, ModelConfig
 from batchscore.models.base import Task
 from batchscore.models.classify import ClassifyTask
 from batchscore.models.embed import EmbedTask
@@ -32,6 +32,21 @@ TASKS: dict[str, type] = {
 def input_kinds(task: str, inp: InputConfig, options: Any) -> dict[str, str]:
     """Input columns a task reads, each with the kind it must be ("text" or "numeric")."""
     return TASKS[task].input_kinds(inp, options)
+
+
+def check_outputs(job: Job) -> None:
+    """An `id` or `keep` column named like one of the task's output columns (or `error`, which
+    skipped rows carry) would make a file with two fields of one name: a job error."""
+    names = set(TASKS[job.model.task].output_names(job.task))
+    if job.output.on_error == "skip":
+        names.add("error")
+    clashes = [c for c in job.input.carried if c in names]
+    if clashes:
+        raise JobError(
+            f"{job.source}: [input].id/keep: column {clashes[0]!r} has the name of an output "
+            f"column of task {job.model.task} ({', '.join(sorted(names))}); rename it in the "
+            "input, or leave it out"
+        )
 
 
 def check_model(task: str, path: Path, *, options: Any, allow_pickle: bool = False) -> None:

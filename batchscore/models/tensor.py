@@ -13,16 +13,17 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from batchscore.errors import ModelError
+from batchscore.errors import BatchscoreError, ModelError
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, TensorConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.factories import BUILTIN, find_factory, registered
-from batchscore.models.features import feature_matrix
+from batchscore.models.features import feature_matrix, is_list
 from batchscore.models.formats import check_export_archive, load_model, model_format
 from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.shards import find_shards, open_shard
 
 
 def check_tensor_model(path: Path, options: TensorConfig) -> None:
@@ -35,6 +36,24 @@ def check_tensor_model(path: Path, options: TensorConfig) -> None:
     known = options.factory in BUILTIN or options.factory in registered()
     if fmt == "safetensors" and not known:
         find_factory(options.factory)  # raises, listing the known factories
+
+
+def input_width(inp: InputConfig, options: TensorConfig) -> int | None:
+    """How many features a row has: the job says, or its columns do (several number columns,
+    or one fixed-size list column, whose size the first shard's schema tells)."""
+    if options.num_features or len(inp.features) > 1:
+        return options.num_features or len(inp.features)
+    for shard in find_shards(inp) if inp.path else []:
+        try:
+            schema = open_shard(shard).schema_arrow
+        except BatchscoreError:
+            continue  # that shard fails alone when its turn comes
+        if inp.features[0] in schema.names:
+            kind = schema.field(inp.features[0]).type
+            if pa.types.is_fixed_size_list(kind):
+                return kind.list_size
+            return None if is_list(kind) else 1
+    return None
 
 
 def output_rows(out: object, value: bool) -> torch.Tensor:
@@ -53,13 +72,17 @@ def output_rows(out: object, value: bool) -> torch.Tensor:
 
 
 class TensorTask:
-    """tensor: `prediction` (int64 class or float32 value) and `scores` (list<float32>)."""
+    """tensor: `prediction` (int64 class or float32 value) and `scores` (the raw output row)."""
 
     bucketing = False
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
         return {c: "numeric" for c in inp.features}
+
+    @staticmethod
+    def output_names(options: object) -> tuple[str, ...]:
+        return ("prediction", "scores")
 
     def __init__(
         self,
@@ -76,7 +99,25 @@ class TensorTask:
         self.value = options.output == "value"
         self.inputs = tuple(inp.features)
         kind = pa.float32() if self.value else pa.int64()
-        self.columns = [pa.field("prediction", kind), pa.field("scores", pa.list_(pa.float32()))]
+        width = self.output_width(input_width(inp, options))
+        scores = pa.list_(pa.float32(), width) if width else pa.list_(pa.float32())
+        self.columns = [pa.field("prediction", kind), pa.field("scores", scores)]
+
+    def output_width(self, features: int | None) -> int | None:
+        """How many numbers the model returns per row, from one row of zeros, so `scores` is
+        declared fixed-width before any data is read. None when the input width is unknown
+        (a list column of any length without num_features, which no row can be scored from)."""
+        if not features:
+            return None
+        zeros = torch.zeros(1, features, dtype=self.executor.dtype, device=self.executor.device)
+        try:
+            with torch.inference_mode():
+                return int(output_rows(self.model(zeros), self.value).shape[1])
+        except RuntimeError as exc:
+            raise ModelError(
+                f"the model does not take rows of {features} features ({exc}); check "
+                "[input].features or [tensor].num_features"
+            ) from exc
 
     def encode(self, table: pa.Table) -> Encoded:
         matrix, rows, errors = feature_matrix(table, self.inputs, self.options.num_features)

@@ -21,6 +21,8 @@ class RunStats:
     truncated: int = 0
     bad_rows: int = 0
     filtered: int = 0  # input rows `[input].where` dropped, in the chunks committed
+    chunks_pending: int = 0  # chunks this run set out to score
+    chunks_redone: int = 0  # of them, committed before but no longer intact
     chunks_committed: int = 0
     chunks_already_done: int = 0
     rows_already_done: int = 0
@@ -64,6 +66,15 @@ def summary(report: dict[str, Any]) -> str:
             f"{report['load_s']:.1f} s; {report['device']}, {report['precision']}",
             f"  chunks: {report['chunks_committed']} committed now, "
             f"{report['chunks_already_done']} already done ({report['rows_already_done']:,} rows)",
+            *[f"  scored again: {r['why']}" for r in report.get("redone", [])],
+            *(
+                [
+                    f"  output kept of {len(report['gone_shards'])} shard(s) no longer input "
+                    "(batchscore status lists them)"
+                ]
+                if report.get("gone_shards")
+                else []
+            ),
             *(
                 [f"  filtered: {report['filtered']:,} input rows dropped by [input].where"]
                 if report.get("filtered")

@@ -1,10 +1,12 @@
 """Checkpoints: what is committed, as facts in the output folder under ``_batchscore/``.
 
-- ``job.json``: the job's name and fingerprint. A run with another fingerprint refuses to mix
-  its output with what is committed.
 - ``done/<chunk>.json``: one record per committed chunk, written after its data file is in
-  place. The record is the commit point: a data file without one is garbage from a crashed
-  attempt and is deleted at the next start.
+  place; it names the file with its size and digests (see `batchscore.output.manifest`). The
+  record is the commit point.
+- ``writing/<chunk>.json``: the intent written just before a data file is published. A file
+  published by a crashed attempt is known by it (and by its size and footer), so clean-up
+  deletes that file and nothing else: a file batchscore did not write is never touched.
+- ``job.json``: the job that claimed the folder with its first commit (see `claim`).
 
 Every file operation goes through the output's `Store`, so the same protocol holds in a local
 folder (rename) and in an object store (whole-object upload).
@@ -21,20 +23,24 @@ from pathlib import Path
 from typing import Any
 
 from batchscore import faults
-from batchscore.errors import OutputConflictError, WriteError, write_error
+from batchscore.errors import WriteError, write_error
 from batchscore.output.layout import (
     DONE,
     JOB,
+    MAX_REPORTS,
     REJECTED,
     RUNS,
     SETTLED,
-    part_name,
+    SUCCESS,
+    WRITING,
+    intent_name,
     record_name,
     rejected_name,
 )
+from batchscore.output.manifest import is_ours, problem
 from batchscore.storage import Store, open_store
 
-READERS = 16
+READERS = 16  # in an object store each record is a request, and a large job has thousands
 
 
 def fingerprint(parts: dict[str, Any]) -> str:
@@ -52,59 +58,41 @@ class Checkpoint:
         self.tmp_dir = self.store.staging
         self.lock_path = self.store.lock_path
 
-    def job(self) -> dict[str, Any] | None:
-        """The recorded job identity, or None when nothing was ever started here."""
-        text = self.store.read_text(JOB)
-        return json.loads(text) if text is not None else None
+    def prepare(self) -> None:
+        """Create the bookkeeping folders a run writes into."""
+        self.store.prepare(DONE, WRITING, RUNS, REJECTED)
 
-    def claim(self, name: str, parts: dict[str, Any], restart: bool) -> None:
-        """Make this folder the job's, refusing to mix outputs of different settings or jobs."""
-        self.store.prepare(DONE, RUNS, REJECTED)
-        parts = json.loads(json.dumps(parts, default=str))  # as recorded: tuples become lists
-        recorded, digest = self.job(), fingerprint(parts)
-        if recorded and restart:
-            self.clear()
-        elif recorded and recorded["name"] != name:
-            raise OutputConflictError(
-                f"{self.output}: holds the output of job {recorded['name']!r}, not {name!r}; "
-                "give this job its own [output].path, or pass --restart to replace that output"
-            )
-        elif recorded and recorded["fingerprint"] != digest:
-            changed = sorted(
-                k
-                for k in set(parts) | set(recorded["parts"])
-                if parts.get(k) != recorded["parts"].get(k)
-            )
-            raise OutputConflictError(
-                f"{self.output}: committed output was made with other settings "
-                f"(changed: {', '.join(changed)}); run with --restart to discard it and start "
-                "over, or point [output].path at a new folder"
-            )
-        self.write_json(JOB, {"name": name, "fingerprint": digest, "parts": parts})
+    def job(self) -> dict[str, Any] | None:
+        """The job record of the last claim, or None when there is none."""
+        return self.read_json(JOB)
+
+    def claim(self, record: dict[str, Any]) -> None:
+        """Record the job that owns the folder (written just before its first commit)."""
+        self.write_json(JOB, record)
+
+    def claimed(self) -> bool:
+        """Whether anything was ever committed here (or was being published)."""
+        return bool(self.store.names(DONE) or self.store.names(WRITING))
 
     def settled(self) -> dict[str, Any] | None:
         """What an earlier run measured and chose (precision, budget, agreement), if any."""
-        text = self.store.read_text(SETTLED)
-        return json.loads(text) if text is not None else None
+        return self.read_json(SETTLED)
 
     def settle(self, record: dict[str, Any]) -> None:
         """Pin measured choices, so every run of this output uses the same precision."""
         self.write_json(SETTLED, record)
 
     def committed(self) -> dict[str, dict[str, Any]]:
-        """Every commit record, by chunk key.
+        """Every commit record, by chunk key."""
+        return {r["chunk"]: r for r in self.read_all(DONE)}
 
-        Read by a few threads at once: in an object store each record is a request, and a
-        large job has thousands.
-        """
-        rels = [f"{DONE}/{name}" for name in fnmatch.filter(self.store.names(DONE), "*.json")]
-        records = {}
-        with ThreadPoolExecutor(max_workers=READERS) as pool:
-            for text in pool.map(self.store.read_text, rels):
-                if text is not None:  # deleted since it was listed
-                    record = json.loads(text)
-                    records[record["chunk"]] = record
-        return records
+    def intents(self) -> dict[str, dict[str, Any]]:
+        """Every intent whose publish may not have finished, by chunk key."""
+        return {r["chunk"]: r for r in self.read_all(WRITING)}
+
+    def intend(self, record: dict[str, Any]) -> None:
+        """Say which file is about to be published, and what it holds, before publishing it."""
+        self.write_json(intent_name(record["chunk"]), record)
 
     def commit(self, record: dict[str, Any]) -> None:
         """The commit point: record a chunk whose data file is already durably in place.
@@ -124,23 +112,29 @@ class Checkpoint:
             self.store.delete(record["file"])
             raise
         faults.hit("after-record")
+        self.store.delete(intent_name(record["chunk"]))
 
-    def forget(self, key: str) -> None:
-        """Un-commit a chunk: drop its record first, so a crash in between leaves only garbage."""
+    def forget(self, key: str, record: dict[str, Any]) -> None:
+        """Un-commit a chunk: drop its record first, so a crash in between leaves only an
+        unrecorded file, then the files the record names (batchscore's by the record)."""
         self.store.delete(record_name(key))
         self.store.barrier(DONE)
-        self.store.delete(part_name(key))
+        self.store.delete(record["file"])
         self.store.delete(rejected_name(key))
 
     def sweep(self) -> list[str]:
-        """Delete data files no record vouches for, and stale temporary files; return them."""
-        keep = {part_name(key) for key in self.committed()}
+        """Clean up after an interrupted run; return what was removed.
+
+        A data file an intent names is the crashed attempt's only while it is what the intent
+        says (same size and footer); anything else at that name is left alone.
+        """
         garbage = []
-        for folder in ("", REJECTED):
-            for name in fnmatch.filter(self.store.names(folder), "part-*.parquet"):
-                if name not in keep:
-                    self.store.delete(f"{folder}/{name}".lstrip("/"))
-                    garbage.append(self.store.where(f"{folder}/{name}".lstrip("/")))
+        committed = set(self.store.names(DONE))
+        for key, intent in self.intents().items():
+            if f"{key}.json" not in committed and problem(self.store, intent) is None:
+                self.store.delete(intent["file"])
+                garbage.append(self.store.where(intent["file"]))
+            self.store.delete(intent_name(key))
         if self.tmp_dir.is_dir():
             for path in self.tmp_dir.iterdir():
                 path.unlink(missing_ok=True)
@@ -148,23 +142,54 @@ class Checkpoint:
         return garbage
 
     def clear(self) -> None:
-        """Start over: remove every record first, then every data file."""
-        for name in self.store.names(DONE):
-            self.store.delete(f"{DONE}/{name}")
-        self.store.barrier(DONE)
-        self.store.delete(SETTLED)
+        """Start over: remove what batchscore wrote (records first, then their files)."""
         self.sweep()
+        records = self.committed()
+        for key in records:
+            self.store.delete(record_name(key))
+        self.store.barrier(DONE)
+        for key, record in records.items():
+            self.store.delete(record["file"])
+            self.store.delete(rejected_name(key))
+        self.store.delete(SETTLED)
+        self.store.delete(JOB)
+        self.drop_success()
+
+    def success(self) -> str | None:
+        """The text of the folder's `_SUCCESS`, or None when there is none."""
+        return self.store.read_text(SUCCESS)
+
+    def drop_success(self) -> None:
+        """Remove `_SUCCESS` if batchscore wrote it (another writer's is left alone)."""
+        if is_ours(self.success()):
+            self.store.delete(SUCCESS)
 
     def save_report(self, rel: str, report: dict[str, Any]) -> None:
-        """Keep a run's report (``rel``: its `layout.report_name`)."""
+        """Keep a run's report (``rel``: its `layout.report_name`); prune the oldest beyond
+        `MAX_REPORTS`, so a job re-run from cron for years keeps a bounded folder."""
         self.write_json(rel, report)
+        names = sorted(fnmatch.filter(self.store.names(RUNS), "*.json"))
+        for name in names[: max(len(names) - MAX_REPORTS, 0)]:
+            self.store.delete(f"{RUNS}/{name}")
 
     def reports(self) -> Iterator[dict[str, Any]]:
         """Run reports, newest first (names start with the run's UTC start time)."""
         for name in sorted(fnmatch.filter(self.store.names(RUNS), "*.json"), reverse=True):
-            text = self.store.read_text(f"{RUNS}/{name}")
-            if text is not None:
-                yield json.loads(text)
+            report = self.read_json(f"{RUNS}/{name}")
+            if report is not None:
+                yield report
+
+    def read_json(self, rel: str) -> dict[str, Any] | None:
+        """A bookkeeping file's JSON, or None when it does not exist."""
+        text = self.store.read_text(rel)
+        return json.loads(text) if text is not None else None
+
+    def read_all(self, folder: str) -> list[dict[str, Any]]:
+        """Every JSON record in ``folder``, read by a few threads at once."""
+        rels = [f"{folder}/{name}" for name in fnmatch.filter(self.store.names(folder), "*.json")]
+        with ThreadPoolExecutor(max_workers=READERS) as pool:
+            texts = pool.map(self.store.read_text, rels)
+            return [json.loads(text) for text in texts if text is not None]  # None: just deleted
 
     def write_json(self, rel: str, data: Any) -> None:
         """Write bookkeeping atomically; a failure is a `WriteError` naming the file."""

@@ -1,8 +1,10 @@
 """The writer thread's work: append scored windows to the open chunk, publish and commit it.
 
-A chunk commits as: data file published (temp, fsync, check, rename), its rejected rows (if
-any) published beside the records, then the commit record. A window marked failed drops the
-open chunk and every later window of its shard; the other shards go on.
+A chunk commits as: data file staged (temp, fsync, check), its intent recorded, the file
+published (rename), its rejected rows (if any) listed beside the records, then the commit
+record. The first commit of a run also writes the folder's claim (the job record and the
+decisions it was scored with). A window marked failed drops the open chunk and every later
+window of its shard; the other shards go on.
 
 A chunk is complete when its windows have covered all of its input rows; with an
 `[input].where` filter it holds fewer output rows than that, and its record counts both.
@@ -10,6 +12,7 @@ A chunk is complete when its windows have covered all of its input rows; with an
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -20,18 +23,32 @@ from batchscore.job.sections import OutputConfig
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.layout import REJECTED, part_name, rejected_name
+from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.stages import Scored
-from batchscore.pipeline.writer import ChunkWriter, write_table
+from batchscore.pipeline.writer import ChunkWriter
 
 
 class Committer:
-    """Consumes `Scored` windows in order; one chunk is open at a time."""
+    """Consumes `Scored` windows in order; one chunk is open at a time.
+
+    ``claim`` is the job record and ``decision`` what was measured for it (None: nothing),
+    both written before the first commit; ``metadata`` goes into every data file's footer.
+    """
 
     def __init__(
-        self, output: OutputConfig, ckpt: Checkpoint, schema: pa.Schema, stats: RunStats
+        self,
+        output: OutputConfig,
+        ckpt: Checkpoint,
+        *,
+        schema: pa.Schema,
+        stats: RunStats,
+        claim: dict[str, Any],
+        decision: dict[str, Any] | None,
+        metadata: dict[str, str],
     ) -> None:
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
+        self.claim, self.decision, self.metadata = claim, decision, metadata
         self.writer: ChunkWriter | None = None
         self.read = 0  # input rows of the open chunk seen so far
         self.rejected: list[pa.Table] = []
@@ -49,7 +66,7 @@ class Committer:
             if item.error is not None:
                 raise item.error
             if self.writer is None:
-                self.writer, self.read = ChunkWriter(self.ckpt.store, chunk.key, self.schema), 0
+                self.writer, self.read = self.open(chunk), 0
             self.writer.append(conform(item.table, self.schema, chunk))
             self.read += item.table.num_rows if item.read is None else item.read
         except InputDataError as exc:
@@ -62,15 +79,34 @@ class Committer:
         if self.read == chunk.rows:
             self.commit(chunk)
 
+    def open(self, chunk: Chunk) -> ChunkWriter:
+        """A writer for the chunk's file, its footer naming the source shard and rows."""
+        metadata = {
+            **self.metadata,
+            "batchscore.shard": chunk.shard.path,
+            "batchscore.chunk": chunk.key,
+            "batchscore.rows": f"{chunk.start}-{chunk.stop}",
+        }
+        return ChunkWriter(self.ckpt.store, chunk.key, self.schema, metadata)
+
     def commit(self, chunk: Chunk) -> None:
         rows = self.writer.rows  # the rows that passed `where`: all of them without one
-        self.writer.publish(rows)
+        facts = self.writer.finish(rows)
+        if self.claim is not None:  # the folder is this job's from its first commit on
+            self.ckpt.claim(self.claim)
+            if self.decision:
+                self.ckpt.settle(self.decision)
+            self.claim = None
+        self.ckpt.intend({"chunk": chunk.key, "file": part_name(chunk.key), **facts.as_record()})
+        self.writer.publish()
         self.writer = None
         bad = sum(t.num_rows for t in self.rejected)
         if bad:
-            write_table(pa.concat_tables(self.rejected), self.ckpt.store, rejected_name(chunk.key))
+            listing = pa.concat_tables(self.rejected).to_pylist()
+            lines = "".join(json.dumps(row, default=str) + "\n" for row in listing)
+            self.ckpt.store.write_text(rejected_name(chunk.key), lines)
         self.rejected = []
-        self.ckpt.commit(record(chunk, bad, rows))
+        self.ckpt.commit(record(chunk, facts, bad))
         self.stats.chunks_committed += 1
         self.stats.bad_rows += bad
         self.stats.filtered += chunk.rows - rows
@@ -101,22 +137,22 @@ def conform(table: pa.Table, schema: pa.Schema, chunk: Chunk) -> pa.Table:
         raise InputDataError(f"{chunk.shard.path}: rows {chunk.start}-{chunk.stop}: {exc}") from exc
 
 
-def record(chunk: Chunk, bad_rows: int, rows: int | None = None) -> dict[str, Any]:
-    """The commit record of a chunk: enough to skip it on resume and to notice its shard change.
+def record(chunk: Chunk, facts: FileFacts, bad_rows: int) -> dict[str, Any]:
+    """The commit record of a chunk: its data file as written (the manifest entry), and enough
+    to skip the chunk on resume and to notice its shard change.
 
     ``rows`` are the output rows (those that passed `where`); ``filtered`` the input rows of
     the chunk's range that did not.
     """
-    rows = chunk.rows if rows is None else rows
     return {
         "chunk": chunk.key,
         "file": part_name(chunk.key),
+        **facts.as_record(),
         "shard": chunk.shard.identity,
         "chunks": chunk.of,
         "start": chunk.start,
         "stop": chunk.stop,
-        "rows": rows,
-        "filtered": chunk.rows - rows,
+        "filtered": chunk.rows - facts.rows,
         "bad_rows": bad_rows,
         "committed_at": time.time(),
     }

@@ -1,18 +1,20 @@
 """The fingerprint: everything that decides a job's output, recorded when the folder is claimed.
 
 A run whose parts differ from the recorded ones would mix outputs made with other settings, so
-it is refused (`Checkpoint.claim`) and told which parts changed.
+it is refused (`batchscore.output.claim`) and told which parts changed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
 from batchscore.job.sections import Job
 from batchscore.models.locate import model_identity
 from batchscore.models.tasks import input_kinds
+from batchscore.output.claim import Identity
 
 
 def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
@@ -34,3 +36,9 @@ def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
         # only when set, so outputs made before the key existed still resume
         **({"where": job.input.where} if job.input.where is not None else {}),
     }
+
+
+def identity(job: Job, model_path: Path) -> Identity:
+    """The job's identity for its output folder: inputs and fingerprint, as JSON records them."""
+    parts = json.loads(json.dumps(fingerprint_parts(job, model_path), default=str))
+    return Identity(job.name, str(job.source), list(job.input.path), parts)

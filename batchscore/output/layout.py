@@ -1,27 +1,34 @@
 """Every name batchscore gives a file or folder in an output folder, in one place.
 
-Data files sit at the top (``part-<chunk key>.parquet``); everything else lives under
-``_batchscore/``, which dataset readers skip by its leading underscore. A name is never made from
-raw input strings: a chunk key is built from numbers the job derives itself.
+Data files sit at the top (``part-<shard key>-<chunk>.parquet``) with ``_SUCCESS`` beside them
+once the output is complete; everything else lives under ``_batchscore/``, which dataset readers
+skip by its leading underscore, and none of it ends in ``.parquet``, so a ``**/*.parquet`` glob
+(DuckDB, polars) sees data files only. A name is never made from raw input strings: a shard's
+key is a digest of its path, so adding, removing or renaming one shard leaves every other
+shard's names alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 STATE = "_batchscore"  # bookkeeping folder inside an output
-JOB = f"{STATE}/job.json"  # the job that owns the folder: name and fingerprint
-DONE = f"{STATE}/done"  # one commit record per chunk
+JOB = f"{STATE}/job.json"  # the job that claimed the folder: inputs and fingerprint
+DONE = f"{STATE}/done"  # one commit record per chunk: the manifest of data files
+WRITING = f"{STATE}/writing"  # one intent per data file being published
 RUNS = f"{STATE}/runs"  # one report per run
-REJECTED = f"{STATE}/rejected"  # rows recorded with an error, per chunk
+REJECTED = f"{STATE}/rejected"  # rows recorded with an error, per chunk (JSON lines)
 SETTLED = f"{STATE}/settled.json"  # what an earlier run measured and chose
 STAGING = f"{STATE}/tmp"  # temporary files, renamed into place when complete
 LOCK = f"{STATE}/lock"  # the file whose flock guards the folder
+SUCCESS = "_SUCCESS"  # the Hadoop convention: present when every input row is committed
+MAX_REPORTS = 100  # run reports kept; older ones are pruned
 
 
-def shard_key(index: int) -> str:
-    """A shard's part of its chunks' keys: its place in sorted path order."""
-    return f"{index:05d}"
+def shard_key(path: str) -> str:
+    """A shard's part of its chunks' names: a digest of its path (absolute, or its URL)."""
+    return hashlib.sha256(path.encode()).hexdigest()[:16]
 
 
 def chunk_key(shard: str, chunk: int) -> str:
@@ -35,8 +42,13 @@ def shard_of(key: str) -> str:
 
 
 def part_name(key: str) -> str:
-    """The data file of a chunk; sorted names give shards in path order, chunks in row order."""
+    """The data file of a chunk."""
     return f"part-{key}.parquet"
+
+
+def is_part_name(name: str) -> bool:
+    """Whether a file name has the form batchscore gives data files (not that it wrote it)."""
+    return name.startswith("part-") and name.endswith(".parquet")
 
 
 def record_name(key: str) -> str:
@@ -44,9 +56,14 @@ def record_name(key: str) -> str:
     return f"{DONE}/{key}.json"
 
 
+def intent_name(key: str) -> str:
+    """The intent written just before a chunk's data file is published."""
+    return f"{WRITING}/{key}.json"
+
+
 def rejected_name(key: str) -> str:
     """The listing of a chunk's rows recorded with an error."""
-    return f"{REJECTED}/{part_name(key)}"
+    return f"{REJECTED}/{key}.jsonl"
 
 
 def staged_name(rel: str, pid: int) -> str:

@@ -1,10 +1,13 @@
 """The plan of work: shards cut into chunks (the unit of commit), and which are still to score.
 
 A chunk is a fixed row range of one shard, so a resumed run cuts exactly the same chunks again;
-which of them are pending is decided from commit records and footers.
+which of them are pending is decided from commit records, the data files' footers and the
+shards' footers. A committed chunk is trusted while its data file is as written (see
+`batchscore.output.manifest`) and its shard is unchanged (same path, size and mtime); a missing
+or changed file, or a changed shard, puts it back to pending. Shards are known by a key made
+from their path, so adding, removing or renaming a shard never touches another's output; the
+output of a shard that left the input stays (`status` lists it as gone).
 
-Committed chunks are trusted only while their shard is unchanged (same path, size and mtime);
-a changed or vanished shard's chunks are un-committed, so the output always mirrors the input.
 A shard whose footer, columns or column types are unusable fails alone, before any scoring;
 an `[input].where` that does not fit a shard's columns is the job's error, not the shard's.
 """
@@ -16,11 +19,12 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from batchscore.errors import InputDataError, JobError
+from batchscore.errors import InputDataError, JobError, OutputConflictError
 from batchscore.job.sections import InputConfig
 from batchscore.job.where import RowFilter
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.layout import chunk_key, shard_of
+from batchscore.output.layout import chunk_key, part_name, shard_of
+from batchscore.output.manifest import problems, written_for
 from batchscore.pipeline.shards import Shard, check_columns, open_shard
 
 log = logging.getLogger("batchscore")
@@ -61,6 +65,8 @@ class Pending:
     chunks: list[Chunk] = field(default_factory=list)
     carried: pa.Schema | None = None  # output types of the carried columns
     failures: list[dict[str, str]] = field(default_factory=list)
+    redone: list[dict[str, str]] = field(default_factory=list)  # committed, now to score again
+    gone: list[str] = field(default_factory=list)  # shards no longer input, output kept
     done_chunks: int = 0
     done_rows: int = 0
 
@@ -96,21 +102,12 @@ def pending_work(
     chunk_rows: int,
     shards: list[Shard],
     ckpt: Checkpoint,
+    fingerprint: str,
 ) -> Pending:
-    """Un-commit stale chunks, check every shard still to score, and list its pending chunks."""
+    """Un-commit what no longer holds, check every shard still to score, list its chunks."""
     plan = Pending()
     rows_filter = RowFilter(inp.where) if inp.where is not None else None
-    committed = ckpt.committed()
-    live = {s.key: s for s in shards}
-    for key, record in sorted(committed.items()):
-        shard = live.get(shard_of(key))
-        if shard is None or record["shard"] != shard.identity:
-            log.warning(
-                "%s changed or is gone since it was scored; its output is redone",
-                record["shard"]["path"],
-            )
-            ckpt.forget(key)
-            del committed[key]
+    committed = stale(ckpt, shards, plan)
     reference: tuple[pa.Schema, str] | None = None
     for shard in shards:
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
@@ -136,7 +133,64 @@ def pending_work(
             else:
                 plan.chunks.append(chunk)
     plan.carried = reference[0] if reference else pa.schema([])
+    check_room(ckpt, plan.chunks, fingerprint)
     return plan
+
+
+def stale(ckpt: Checkpoint, shards: list[Shard], plan: Pending) -> dict[str, dict]:
+    """The commit records that still hold; un-commit the others and say why in ``plan``.
+
+    A record of a shard that left the input is kept (and so is its output), unless its data
+    file is gone: then nothing is left to keep.
+    """
+    committed = ckpt.committed()
+    live = {s.key: s for s in shards}
+    damaged = problems(ckpt.store, committed)
+    for key, record in sorted(committed.items()):
+        shard = live.get(shard_of(key))
+        rows = f"rows {record['start']}-{record['stop']} of {record['shard']['path']}"
+        if key in damaged:
+            why = f"{record['file']} is {damaged[key]}"
+        elif shard is not None and record["shard"] != shard.identity:
+            why = f"{record['shard']['path']} changed since it was scored"
+        else:
+            continue
+        if shard is not None:
+            log.warning("%s: %s are scored again", why, rows)
+            plan.redone.append({"chunk": key, "file": record["file"], "why": why})
+        ckpt.forget(key, record)
+        del committed[key]
+    plan.gone = sorted(
+        {r["shard"]["path"] for k, r in committed.items() if shard_of(k) not in live}
+    )
+    return committed
+
+
+def check_room(ckpt: Checkpoint, chunks: list[Chunk], fingerprint: str) -> None:
+    """Make room for the pending chunks' files, touching only batchscore's own.
+
+    A file at a pending chunk's name whose footer says this job wrote it for that chunk (its
+    commit record was lost) is a crashed attempt's, and is removed: it is replaced, never
+    appended to. Any other file there was not written by batchscore: the run refuses, before
+    scoring, and leaves it as it is.
+    """
+    names = set(ckpt.store.names(""))
+    for chunk in chunks:
+        name = part_name(chunk.key)
+        if name not in names:
+            continue
+        footer = written_for(ckpt.store, name)
+        if footer.get("batchscore.chunk") == chunk.key and (
+            footer.get("batchscore.fingerprint") == fingerprint
+        ):
+            log.info("removed %s: an unrecorded attempt of this job", ckpt.store.where(name))
+            ckpt.store.delete(name)
+        else:
+            raise OutputConflictError(
+                f"{ckpt.store.where(part_name(chunk.key))}: a file batchscore did not write is "
+                "where this job's output goes; it is left as it is: move it away, or point "
+                "[output].path at another folder"
+            )
 
 
 def check_where(rows_filter: RowFilter | None, shard: Shard, schema: pa.Schema) -> None:

@@ -1,17 +1,20 @@
 """`batchscore status`: done, pending and failed work per shard, from commit records and footers.
 
-Nothing is scored and no model is loaded; a shard whose records all match it is not opened.
+Nothing is scored and no model is loaded. Each committed data file is checked against its
+record (size and Parquet footer, never its data), so a missing or damaged file shows here, and
+the output of a shard that left the input is listed as gone.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from batchscore.errors import BatchscoreError
 from batchscore.job.sections import Job
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.layout import shard_of
+from batchscore.output.manifest import problems
 from batchscore.output.pending import chunks_of
 from batchscore.pipeline.shards import find_shards, open_shard
 
@@ -19,56 +22,94 @@ from batchscore.pipeline.shards import find_shards, open_shard
 @dataclass
 class ShardStatus:
     shard: str
-    state: str  # done | pending | partial | failed | changed
+    state: str  # done | pending | partial | failed | changed | missing | damaged | gone
     chunks_done: int
     chunks: int
     rows_done: int  # input rows of committed chunks
     rows: int
     bad_rows: int
     rows_written: int  # output rows: rows_done less those `[input].where` dropped
+    problems: list[str] = field(default_factory=list)  # committed files no longer as written
 
 
 def job_status(job: Job) -> dict[str, Any]:
     """Per-shard progress plus the last run's report, as plain data."""
     ckpt = Checkpoint(job.output.path)
     committed = ckpt.committed()
+    damaged = problems(ckpt.store, committed)
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
-    shards = []
+    shards, live = [], set()
     for shard in find_shards(job.input):
+        live.add(shard.key)
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
-        valid = [r for r in records if r["shard"] == shard.identity]
         try:
-            pf = open_shard(shard)
-            rows = pf.metadata.num_rows
+            rows = open_shard(shard).metadata.num_rows
             chunks = len(chunks_of(shard, rows, job.output.chunk_rows))
         except BatchscoreError:
             rows, chunks = 0, 0
-        done_rows = sum(r["stop"] - r["start"] for r in valid)
-        written = sum(r["rows"] for r in valid)
-        if len(valid) < len(records):
-            state = "changed"
-        elif shard.path in failed:
-            state = "failed"
-        elif chunks and len(valid) == chunks:
-            state = "done"
-        else:
-            state = "partial" if valid else "pending"
-        bad = sum(r.get("bad_rows", 0) for r in valid)
-        shards.append(
-            ShardStatus(shard.path, state, len(valid), chunks, done_rows, rows, bad, written)
-        )
+        status = shard_status(shard.path, records, damaged, rows=rows, chunks=chunks)
+        valid = [r for r in records if r["shard"] == shard.identity and r["chunk"] not in damaged]
+        if not status.problems:  # a missing or damaged file says so, whatever else holds
+            if len(valid) < len(records):
+                status.state = "changed"
+            elif shard.path in failed:
+                status.state = "failed"
+            elif chunks and len(valid) == chunks:
+                status.state = "done"
+            else:
+                status.state = "partial" if valid else "pending"
+        shards.append(status)
+    left: dict[str, list[dict[str, Any]]] = {}
+    for key, record in committed.items():
+        if shard_of(key) not in live:
+            left.setdefault(record["shard"]["path"], []).append(record)
+    for path, records in sorted(left.items()):
+        shards.append(shard_status(path, records, damaged, gone=True))
+    current = [s for s in shards if s.state != "gone"]
     return {
         "job": job.name,
         "output": job.output.path,
         "shards": [asdict(s) for s in shards],
-        "rows": sum(s.rows for s in shards),
-        "rows_done": sum(s.rows_done for s in shards),
-        "bad_rows": sum(s.bad_rows for s in shards),
-        "rows_written": sum(s.rows_written for s in shards),
-        "complete": all(s.state == "done" for s in shards),
+        "rows": sum(s.rows for s in current),
+        "rows_done": sum(s.rows_done for s in current),
+        "bad_rows": sum(s.bad_rows for s in current),
+        "rows_written": sum(s.rows_written for s in current),
+        "complete": all(s.state == "done" for s in current),
         "last_run": last,
     }
+
+
+def shard_status(
+    path: str,
+    records: list[dict[str, Any]],
+    damaged: dict[str, str],
+    *,
+    rows: int = 0,
+    chunks: int = 0,
+    gone: bool = False,
+) -> ShardStatus:
+    """A shard's committed work; its state is "gone" (no longer input, output kept), or a
+    missing or damaged file's, or left for the caller to decide ("pending")."""
+    intact = [r for r in records if r["chunk"] not in damaged]
+    issues = [f"{r['file']}: {damaged[r['chunk']]}" for r in records if r["chunk"] in damaged]
+    state = "gone" if gone else "pending"
+    if issues and not gone:
+        state = "missing" if all(i.endswith(": missing") for i in issues) else "damaged"
+    done_rows = sum(r["stop"] - r["start"] for r in intact)
+    if gone:
+        rows, chunks = done_rows, records[0]["chunks"]
+    return ShardStatus(
+        path,
+        state,
+        len(intact),
+        chunks,
+        done_rows,
+        rows,
+        sum(r.get("bad_rows", 0) for r in intact),
+        sum(r["rows"] for r in intact),
+        issues,
+    )
 
 
 def last_report(ckpt: Checkpoint) -> dict[str, Any] | None:
@@ -83,6 +124,7 @@ def format_status(status: dict[str, Any]) -> str:
         chunks = f"{s['chunks_done']}/{s['chunks']}"
         rows = f"{s['rows_done']:,}/{s['rows']:,}"
         lines.append(f"{s['state']:<8} {chunks:>9} {rows:>21}  {s['shard']}")
+        lines += [f"{'':<8} {'':>9} {'':>21}    {problem}" for problem in s["problems"]]
     bad = f", {status['bad_rows']:,} of them with an error" if status["bad_rows"] else ""
     dropped = status["rows_done"] - status["rows_written"]
     if dropped:
@@ -91,6 +133,13 @@ def format_status(status: dict[str, Any]) -> str:
         f"{status['rows_done']:,} of {status['rows']:,} rows committed{bad}"
         + (" - complete" if status["complete"] else "")
     )
+    gone = [s for s in status["shards"] if s["state"] == "gone"]
+    if gone:
+        kept = sum(s["rows_written"] for s in gone)
+        lines.append(
+            f"{len(gone)} shard(s) no longer input: their output ({kept:,} rows) is kept; "
+            "run with --restart to rebuild the output from the current input"
+        )
     last = status["last_run"]
     if last:
         lines.append(

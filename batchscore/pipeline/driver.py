@@ -29,15 +29,17 @@ from batchscore.errors import InputDataError, WriteError
 from batchscore.job.sections import Job
 from batchscore.models.base import Task
 from batchscore.models.locate import locate
-from batchscore.models.tasks import input_kinds
+from batchscore.models.tasks import check_outputs, input_kinds
 from batchscore.observe.metrics import write_metrics
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.claim import check_claim
 from batchscore.output.committer import Committer
-from batchscore.output.fingerprint import fingerprint_parts
-from batchscore.output.layout import report_name
+from batchscore.output.fingerprint import identity
+from batchscore.output.layout import SUCCESS, report_name
 from batchscore.output.lock import hold_lock
+from batchscore.output.manifest import is_ours, success_text
 from batchscore.output.pending import pending_work
 from batchscore.pipeline.executor import resolve_device
 from batchscore.pipeline.shards import find_shards
@@ -60,11 +62,13 @@ def run_job(
     """Score every row of the job not yet committed; return the run report.
 
     Raises `LockHeldError` when another run holds the job, `OutputConflictError` when the output
-    was made with other settings, `QualityGateError` when the precision fails its gate (unless
-    ``accept_quality``), and `InputDataError` (after committing every other shard) when some
-    shard could not be read. The run report is written whatever happens, and so are the
-    Prometheus metrics in ``metrics_file`` when one is given.
+    folder holds another job's output or other settings', `QualityGateError` when the precision
+    fails its gate (unless ``accept_quality``), and `InputDataError` (after committing every
+    other shard) when some shard could not be read. The run report is written whatever happens
+    (unless the run found nothing to do), and so are the Prometheus metrics in
+    ``metrics_file`` when one is given.
     """
+    check_outputs(job)  # an id or keep column named like an output column (exit 2)
     if job.engine == "local":  # refuse a device or precision this machine lacks before any work
         check_precision(job.model.precision, resolve_device(job.model.device))
     if accept_quality:
@@ -81,12 +85,14 @@ def run_job(
         }
         try:
             model_path = locate(job.model)
-            ckpt.claim(job.name, fingerprint_parts(job, model_path), restart)
+            who = identity(job, model_path)
+            check_claim(ckpt, who, restart)
             try:
                 failures = run_pending(
                     job,
                     ckpt,
                     model_path=model_path,
+                    claim=who.record(),
                     stats=stats,
                     progress=progress,
                     context=context,
@@ -105,7 +111,8 @@ def run_job(
                     version=__version__,
                     **context,
                 )
-                ckpt.save_report(report_name(stats.started, os.getpid()), report)
+                if stats.chunks_pending or outcome != "ok":  # nothing to do adds nothing
+                    ckpt.save_report(report_name(stats.started, os.getpid()), report)
         except KeyboardInterrupt:
             outcome = "interrupted"
             raise
@@ -134,6 +141,7 @@ def run_pending(
     ckpt: Checkpoint,
     *,
     model_path: Path,
+    claim: dict[str, Any],
     stats: RunStats,
     progress: str,
     context: dict[str, Any],
@@ -141,9 +149,11 @@ def run_pending(
     """Find the pending chunks, settle what the job leaves to measurement, then stream every
     pending chunk through the engine and the committer; return the failed shards.
 
-    ``context`` receives what the run report should say about the model: where it ran, the
-    precision in force and the measured decisions behind it.
+    ``claim`` is the job record the first commit writes. ``context`` receives what the run
+    report should say about the model: where it ran, the precision in force and the measured
+    decisions behind it.
     """
+    ckpt.prepare()
     for garbage in ckpt.sweep():
         log.info("removed %s, left by an interrupted run", garbage)
     todo = pending_work(
@@ -152,15 +162,20 @@ def run_pending(
         chunk_rows=job.output.chunk_rows,
         shards=find_shards(job.input),
         ckpt=ckpt,
+        fingerprint=claim["fingerprint"],
     )
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
+    stats.chunks_pending, stats.chunks_redone = len(todo.chunks), len(todo.redone)
+    context.update(redone=todo.redone, gone_shards=todo.gone)
+    if todo.chunks or todo.failures:
+        ckpt.drop_success()  # incomplete from now until a run ends with every row committed
     if not todo.chunks:
+        if not todo.failures:
+            mark_complete(ckpt, job.name)
         return todo.failures
     tuning = time.perf_counter()
-    recorded = ckpt.settled()
+    recorded = ckpt.settled() if ckpt.claimed() else None  # an unclaimed folder decided nothing
     job, decision, gated = settle(job, model_path, recorded)
-    if decision:
-        ckpt.settle(decision)
     stats.tuning_s = time.perf_counter() - tuning
     context["settled"] = decision or recorded
     engine = open_engine(job)
@@ -172,7 +187,15 @@ def run_pending(
         context.update(device=engine.device, precision=engine.precision)
         if engine.quantization:
             context["int8"] = engine.quantization
-        committer = Committer(job.output, ckpt, output_schema(job, todo.carried, task), stats)
+        committer = Committer(
+            job.output,
+            ckpt,
+            schema=output_schema(job, todo.carried, task),
+            stats=stats,
+            claim=claim,
+            decision=decision or recorded,
+            metadata=file_metadata(job, claim, engine.precision),
+        )
         bar = Progress(sum(c.rows for c in todo.chunks), progress)
         sink: Sink[Scored] = Sink(committer, depth=2)
         try:
@@ -186,7 +209,21 @@ def run_pending(
     finally:
         engine.close()
         stats.model_busy_s = engine.busy_s
-    return todo.failures + committer.failures
+    failures = todo.failures + committer.failures
+    if not failures:
+        mark_complete(ckpt, job.name)
+    return failures
+
+
+def mark_complete(ckpt: Checkpoint, job_name: str) -> None:
+    """Write `_SUCCESS` (the Hadoop convention schedulers poll for): every input row is
+    committed. Another writer's `_SUCCESS` is left as it is, with a warning."""
+    present = ckpt.success()
+    if present is not None and not is_ours(present):
+        log.warning("%s: a _SUCCESS batchscore did not write is there; left as it is", ckpt.output)
+    elif present is None:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ckpt.store.write_text(SUCCESS, success_text(job_name, when))
 
 
 def output_schema(job: Job, carried: pa.Schema, task: Task) -> pa.Schema:
@@ -195,3 +232,16 @@ def output_schema(job: Job, carried: pa.Schema, task: Task) -> pa.Schema:
     if job.output.on_error == "skip":
         fields.append(pa.field("error", pa.string()))
     return pa.schema(fields)
+
+
+def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, str]:
+    """What every data file's Parquet footer says of how it was made."""
+    return {
+        "batchscore.version": __version__,
+        "batchscore.job": job.name,
+        "batchscore.task": job.model.task,
+        "batchscore.model": str(job.model.name or job.model.path),
+        "batchscore.model_files": claim["parts"]["model_files"],
+        "batchscore.precision": precision,
+        "batchscore.fingerprint": claim["fingerprint"],
+    }

@@ -8,7 +8,7 @@ from batchscore.errors import BatchscoreError, JobError
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.locate import locate
-from batchscore.models.tasks import check_model, input_kinds
+from batchscore.models.tasks import check_model, check_outputs, input_kinds
 from batchscore.output.pending import check_where
 from batchscore.pipeline.executor import resolve_device
 from batchscore.pipeline.shards import check_columns, find_shards, open_shard
@@ -19,6 +19,10 @@ def preflight(job: Job) -> list[str]:
     """Check inputs, model and device; return findings, or raise `JobError` with every problem."""
     problems: list[str] = []
     facts: list[str] = []
+    try:
+        check_outputs(job)
+    except BatchscoreError as exc:
+        problems.append(str(exc).removeprefix(f"{job.source}: "))
     try:
         shards = find_shards(job.input)
     except BatchscoreError as exc:

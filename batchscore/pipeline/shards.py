@@ -36,7 +36,7 @@ TRANSIENT = {
 
 @dataclass(frozen=True)
 class Shard:
-    """One input Parquet file; `index` is its place in sorted path order."""
+    """One input Parquet file; `index` is its place in sorted path order (this run's only)."""
 
     index: int
     path: str
@@ -46,7 +46,7 @@ class Shard:
     @property
     def key(self) -> str:
         """The shard's part of its output names (see `batchscore.output.layout`)."""
-        return shard_key(self.index)
+        return shard_key(self.path)
 
     @property
     def identity(self) -> dict[str, int | str]:

@@ -1,9 +1,10 @@
 """Writer: append a chunk's scored windows to a temporary Parquet file, then publish it whole.
 
 The temporary file is staged locally (under ``_batchscore/tmp`` for a local output, which
-dataset readers skip), made durable, checked against the expected row count, and only then
-published: renamed into place in a folder, uploaded whole to an object store. The caller
-records the commit afterwards; see `batchscore.output.checkpoint`.
+dataset readers skip), made durable and checked against the expected row count (`finish`, which
+returns what the manifest records of it), and only then published: renamed into place in a
+folder, uploaded whole to an object store. The caller writes the intent before `publish` and
+records the commit after it; see `batchscore.output.checkpoint`.
 """
 
 from __future__ import annotations
@@ -15,22 +16,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from batchscore import faults
-from batchscore.errors import WriteError, write_error
+from batchscore.errors import OutputConflictError, WriteError, write_error
 from batchscore.output.layout import part_name, staged_name
+from batchscore.output.manifest import FileFacts, facts_of
 from batchscore.storage import Store
 
 
 class ChunkWriter:
-    """Writes one chunk's output file."""
+    """Writes one chunk's output file; ``metadata`` goes into its Parquet footer."""
 
-    def __init__(self, store: Store, key: str, schema: pa.Schema) -> None:
+    def __init__(self, store: Store, key: str, schema: pa.Schema, metadata: dict[str, str]) -> None:
         self.store = store
         self.final = part_name(key)
         self.tmp = store.staging / staged_name(self.final, os.getpid())
         self.schema = schema
         self.rows = 0
         try:
-            self.writer = pq.ParquetWriter(self.tmp, schema)
+            self.writer = pq.ParquetWriter(self.tmp, schema.with_metadata(metadata))
         except OSError as exc:
             raise write_error(self.tmp, exc) from exc
 
@@ -44,26 +46,43 @@ class ChunkWriter:
             raise write_error(self.tmp, exc) from exc
         self.rows += table.num_rows
 
-    def publish(self, expected_rows: int) -> str:
-        """Close, make durable, verify and publish; the chunk is not yet committed."""
+    def finish(self, expected_rows: int) -> FileFacts:
+        """Close, make durable and verify the staged file; return its facts (not yet visible)."""
         try:
             self.writer.close()
             faults.hit("after-temp-write")
             self.store.sync(self.tmp)
             faults.hit("after-fsync")
-            written = pq.read_metadata(self.tmp).num_rows
-            if written != expected_rows:
-                raise WriteError(
-                    f"{self.tmp}: holds {written} rows, expected {expected_rows}; not published"
+            facts = facts_of(self.tmp)
+        except OSError as exc:
+            self.abort()
+            raise write_error(self.tmp, exc) from exc
+        if facts.rows != expected_rows:
+            self.abort()
+            raise WriteError(
+                f"{self.tmp}: holds {facts.rows} rows, expected {expected_rows}; not published"
+            )
+        return facts
+
+    def publish(self) -> str:
+        """Move the finished file into place; the chunk is not yet committed.
+
+        A file already at the chunk's name is not batchscore's (its own were removed with their
+        records), so it is left alone and the run stops.
+        """
+        try:
+            if self.store.size(self.final) is not None:
+                self.abort()
+                raise OutputConflictError(
+                    f"{self.store.where(self.final)}: a file batchscore did not write is where "
+                    "this chunk's output goes; it is left as it is: move it away, or point "
+                    "[output].path at another folder"
                 )
             self.store.publish(self.tmp, self.final)
             faults.hit("after-rename")
         except OSError as exc:
             self.abort()
             raise write_error(self.store.where(self.final), exc) from exc
-        except WriteError:
-            self.abort()
-            raise
         return self.store.where(self.final)
 
     def abort(self) -> None:
@@ -71,15 +90,3 @@ class ChunkWriter:
         with contextlib.suppress(OSError):
             self.writer.close()
         self.tmp.unlink(missing_ok=True)
-
-
-def write_table(table: pa.Table, store: Store, rel: str) -> None:
-    """Publish a small table whole (stage, sync, publish), e.g. a chunk's rejected rows."""
-    tmp = store.staging / staged_name(rel, os.getpid())
-    try:
-        pq.write_table(table, tmp)
-        store.sync(tmp)
-        store.publish(tmp, rel)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise write_error(store.where(rel), exc) from exc

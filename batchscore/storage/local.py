@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from batchscore.errors import write_error
 from batchscore.output.layout import LOCK, STAGING
@@ -39,19 +39,23 @@ def publish(tmp: Path, final: Path) -> None:
     fsync_dir(final.parent)
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Atomically replace ``path`` with ``data`` as JSON (temp, fsync, rename)."""
+def write_text(path: Path, text: str) -> None:
+    """Atomically replace ``path`` with ``text`` (temp, fsync, rename)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with tmp.open("w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         publish(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise write_error(path, exc) from exc
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomically replace ``path`` with ``data`` as JSON."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 class LocalStore:
@@ -78,6 +82,23 @@ class LocalStore:
     def write_json(self, rel: str, data: Any) -> None:
         write_json(self.root / rel, data)
 
+    def write_text(self, rel: str, text: str) -> None:
+        write_text(self.root / rel, text)
+
+    def size(self, rel: str) -> int | None:
+        try:
+            return (self.root / rel).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def open_input(self, rel: str) -> BinaryIO:
+        return (self.root / rel).open("rb")
+
+    def tail(self, rel: str, count: int) -> bytes:
+        with (self.root / rel).open("rb") as fh:
+            fh.seek(max(fh.seek(0, os.SEEK_END) - count, 0))
+            return fh.read(count)
+
     def names(self, rel_dir: str) -> list[str]:
         folder = self.root / rel_dir
         if not folder.is_dir():
@@ -89,7 +110,8 @@ class LocalStore:
         (self.root / rel).unlink(missing_ok=True)
 
     def barrier(self, rel_dir: str) -> None:
-        fsync_dir(self.root / rel_dir)
+        if (self.root / rel_dir).is_dir():  # no folder: nothing was deleted from it
+            fsync_dir(self.root / rel_dir)
 
     def sync(self, local: Path) -> None:
         fsync_file(local)

@@ -70,8 +70,22 @@ class ObjectStore:
             return None
 
     def write_json(self, rel: str, data: Any) -> None:
-        payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
-        self.upload(pa.py_buffer(payload), rel)
+        self.write_text(rel, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def write_text(self, rel: str, text: str) -> None:
+        self.upload(pa.py_buffer(text.encode()), rel)
+
+    def size(self, rel: str) -> int | None:
+        info = self.fs.get_file_info(self.key(rel))
+        return info.size if info.type == pafs.FileType.File else None
+
+    def open_input(self, rel: str) -> Any:
+        return self.fs.open_input_file(self.key(rel))
+
+    def tail(self, rel: str, count: int) -> bytes:
+        with self.fs.open_input_file(self.key(rel)) as fh:
+            size = fh.size()
+            return fh.read_at(min(count, size), max(size - count, 0))
 
     def names(self, rel_dir: str) -> list[str]:
         selector = pafs.FileSelector(self.key(rel_dir), allow_not_found=True)

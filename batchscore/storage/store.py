@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 
 class Store(Protocol):
@@ -27,6 +27,22 @@ class Store(Protocol):
 
     def write_json(self, rel: str, data: Any) -> None:
         """Replace ``rel`` with ``data`` as JSON, atomically."""
+        ...
+
+    def write_text(self, rel: str, text: str) -> None:
+        """Replace ``rel`` with ``text``, atomically."""
+        ...
+
+    def size(self, rel: str) -> int | None:
+        """A file's size in bytes, or None when it does not exist."""
+        ...
+
+    def open_input(self, rel: str) -> BinaryIO:
+        """A file open for random-access reading (a Parquet footer is read through it)."""
+        ...
+
+    def tail(self, rel: str, count: int) -> bytes:
+        """A file's last ``count`` bytes (a Parquet footer is read this way, not the data)."""
         ...
 
     def names(self, rel_dir: str) -> list[str]:

@@ -18,7 +18,7 @@ from batchscore.errors import EngineError, JobError
 from batchscore.job.load import load_job
 from batchscore.job.sections import RayConfig
 from batchscore.pipeline.driver import run_job
-from tests.conftest import read_output
+from tests.conftest import read_output, record_of
 from tests.reliability import assert_complete_and_equal, make_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,15 +74,16 @@ def test_ray_output_equals_the_local_engines(ray_instance, tmp_path, small_corpu
 def test_either_engine_resumes_the_others_run(ray_instance, tmp_path, small_corpus, local_run):
     clean, _ = local_run
     job = ray_job(tmp_path, small_corpus.slice(0, 120))
-    done = job.parent / "out/_batchscore/done"
+    out = job.parent / "out"
     run_job(load_job(job, ['engine="local"']))
-    for key in ("00000-00001", "00001-00000", "00002-00003"):
-        (done / f"{key}.json").unlink()  # as if the local run had been killed before these
+    lost = [record_of(out, shard, chunk) for shard, chunk in ((0, 1), (1, 0), (2, 3))]
+    for record in lost:  # as if the local run had been killed before recording these
+        record.unlink()
     resumed = run_job(load_job(job))
     assert resumed["chunks_committed"] == 3 and resumed["chunks_already_done"] == 9
     assert_complete_and_equal(job.parent / "out", clean)
-    for key in ("00000-00000", "00002-00002"):
-        (done / f"{key}.json").unlink()
+    for record in [record_of(out, 0, 0), record_of(out, 2, 2)]:
+        record.unlink()
     again = run_job(load_job(job, ['engine="local"']))
     assert again["chunks_committed"] == 2 and again["rows"] == 20
     assert_complete_and_equal(job.parent / "out", clean)

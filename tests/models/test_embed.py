@@ -52,7 +52,7 @@ def test_batched_embeddings_match_row_alone_reference(task, small_corpus, minilm
     cosine = (results * expected).sum(axis=1)
     assert cosine.min() >= 0.9999
     column = task.finish(encoded, results)["embedding"]
-    assert column.type == pa.list_(pa.float32()) and len(column) == len(texts)
+    assert column.type == pa.list_(pa.float32(), 384) and len(column) == len(texts)
     assert np.allclose(np.array(column.to_pylist()), results)
 
 

@@ -1,21 +1,38 @@
-"""Checkpoints: the fingerprint guard, commit records, garbage sweeping and restart."""
+"""Checkpoints and claims: the identity guard, commit records with intents, clean-up that
+touches only batchscore's own files, and restart."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from batchscore.errors import OutputConflictError
 from batchscore.output.checkpoint import Checkpoint, fingerprint
+from batchscore.output.claim import Identity, check_claim
 from batchscore.output.layout import part_name
+from batchscore.output.manifest import facts_of, problem
 
 PARTS = {"task": "embed", "model": "m", "precision": "fp32"}
+JOB = Identity("job", "jobs/job.toml", ["/data/in"], PARTS)
 
 
-def commit(ckpt: Checkpoint, key: str) -> None:
-    (Path(ckpt.output) / part_name(key)).write_bytes(b"data")
-    ckpt.commit({"chunk": key, "file": part_name(key), "rows": 1})
+def write_part(folder: Path, key: str, rows: int = 1) -> dict:
+    """A real Parquet data file at the chunk's name, and its manifest entry."""
+    path = folder / part_name(key)
+    pq.write_table(pa.table({"x": list(range(rows))}), path)
+    return {"chunk": key, "file": part_name(key), **facts_of(path).as_record()}
+
+
+def commit(ckpt: Checkpoint, key: str) -> dict:
+    ckpt.prepare()
+    record = write_part(Path(ckpt.output), key)
+    ckpt.claim(JOB.record())
+    ckpt.intend(record)
+    ckpt.commit(record)
+    return record
 
 
 def test_fingerprint_is_stable_and_order_free():
@@ -23,40 +40,76 @@ def test_fingerprint_is_stable_and_order_free():
     assert fingerprint(PARTS) != fingerprint({**PARTS, "precision": "bf16"})
 
 
-def test_claim_refuses_other_settings_and_names_what_changed(tmp_path: Path):
+def test_claim_refuses_other_settings_and_other_jobs(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
-    ckpt.claim("job", PARTS, restart=False)
-    ckpt.claim("job", PARTS, restart=False)  # same settings: resumes
+    check_claim(ckpt, JOB, restart=False)  # unclaimed
+    commit(ckpt, "a-00000")
+    check_claim(ckpt, JOB, restart=False)  # same job: resumes
+    renamed = Identity("renamed", "elsewhere/renamed.toml", JOB.inputs, PARTS)
+    check_claim(ckpt, renamed, restart=False)  # a moved or renamed job file is the same job
+    other_settings = Identity("job", "jobs/job.toml", JOB.inputs, {**PARTS, "precision": "bf16"})
     with pytest.raises(OutputConflictError, match=r"changed: precision\); run with --restart"):
-        ckpt.claim("job", {**PARTS, "precision": "bf16"}, restart=False)
-    with pytest.raises(OutputConflictError, match="holds the output of job 'job', not 'other'"):
-        ckpt.claim("other", PARTS, restart=False)
+        check_claim(ckpt, other_settings, restart=False)
+    other_job = Identity("job", "jobs/other.toml", ["/data/other"], PARTS)
+    with pytest.raises(OutputConflictError, match=r"another job, 'job' \(jobs/job.toml\)"):
+        check_claim(ckpt, other_job, restart=False)
 
 
-def test_restart_discards_everything(tmp_path: Path):
+def test_nothing_committed_claims_nothing(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
-    ckpt.claim("job", PARTS, restart=False)
-    commit(ckpt, "00000-00000")
-    ckpt.claim("job", {**PARTS, "precision": "bf16"}, restart=True)
-    assert ckpt.committed() == {}
-    assert list(tmp_path.glob("part-*")) == []
-    assert ckpt.job()["parts"]["precision"] == "bf16"
+    ckpt.prepare()
+    ckpt.claim(JOB.record())  # written, but no commit followed (the run failed)
+    other = Identity("job", "jobs/other.toml", ["/data/other"], {**PARTS, "precision": "bf16"})
+    check_claim(ckpt, other, restart=False)
 
 
-def test_sweep_removes_unrecorded_files_only(tmp_path: Path):
+def test_restart_removes_batchscores_files_only(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
-    ckpt.claim("job", PARTS, restart=False)
-    commit(ckpt, "00000-00000")
-    (tmp_path / part_name("00000-00001")).write_bytes(b"crashed before its record")
-    (ckpt.tmp_dir / "part-00000-00002.parquet.123.tmp").write_bytes(b"half")
+    commit(ckpt, "a-00000")
+    (tmp_path / "part-0.parquet").write_bytes(b"the user's")
+    check_claim(ckpt, JOB, restart=True)
+    assert ckpt.committed() == {} and ckpt.job() is None and not ckpt.claimed()
+    assert [p.name for p in tmp_path.glob("part-*")] == ["part-0.parquet"]
+
+
+def test_sweep_removes_a_crashed_publish_and_nothing_else(tmp_path: Path):
+    ckpt = Checkpoint(tmp_path)
+    commit(ckpt, "a-00000")
+    crashed = write_part(tmp_path, "a-00001")  # published, never recorded
+    ckpt.intend(crashed)
+    ckpt.intend(write_part(tmp_path / "_batchscore", "a-00002"))  # intent, never published
+    (tmp_path / part_name("a-00002")).write_bytes(b"not what the intent says")
+    (ckpt.tmp_dir / "part-a-00003.parquet.123.tmp").write_bytes(b"half")
+    (tmp_path / "part-00000-3f2a.snappy.parquet").write_bytes(b"spark's")
     removed = {Path(p).name for p in ckpt.sweep()}
-    assert removed == {"part-00000-00001.parquet", "part-00000-00002.parquet.123.tmp"}
-    assert [p.name for p in tmp_path.glob("part-*")] == ["part-00000-00000.parquet"]
+    assert removed == {part_name("a-00001"), "part-a-00003.parquet.123.tmp"}
+    assert sorted(p.name for p in tmp_path.glob("part-*")) == sorted(
+        [part_name("a-00000"), part_name("a-00002"), "part-00000-3f2a.snappy.parquet"]
+    )
+    assert ckpt.intents() == {}
 
 
 def test_forget_drops_the_record_then_the_file(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
-    ckpt.claim("job", PARTS, restart=False)
-    commit(ckpt, "00003-00000")
-    ckpt.forget("00003-00000")
+    record = commit(ckpt, "a-00000")
+    ckpt.forget("a-00000", record)
     assert ckpt.committed() == {} and list(tmp_path.glob("part-*")) == []
+
+
+def test_a_changed_file_is_told_apart_by_size_and_footer(tmp_path: Path):
+    ckpt = Checkpoint(tmp_path)
+    record = commit(ckpt, "a-00000")
+    assert problem(ckpt.store, record) is None
+    write_part(tmp_path, "a-00000", rows=2)
+    assert problem(ckpt.store, record).startswith("damaged")
+    (tmp_path / part_name("a-00000")).unlink()
+    assert problem(ckpt.store, record) == "missing"
+
+
+def test_reports_are_pruned_oldest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("batchscore.output.checkpoint.MAX_REPORTS", 3)
+    ckpt = Checkpoint(tmp_path)
+    ckpt.prepare()
+    for i in range(5):
+        ckpt.save_report(f"_batchscore/runs/2026010{i}T000000.000000Z-1.json", {"n": i})
+    assert [r["n"] for r in ckpt.reports()] == [4, 3, 2]

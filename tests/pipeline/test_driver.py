@@ -13,7 +13,7 @@ import pytest
 from batchscore.errors import InputDataError, OutputConflictError
 from batchscore.job.load import load_job
 from batchscore.pipeline.driver import run_job
-from tests.conftest import read_output
+from tests.conftest import output_files, read_output, record_of, source_of
 
 
 def input_ids(folder: Path) -> list[str]:
@@ -26,7 +26,9 @@ def test_run_writes_every_row_in_input_order(embed_job: Path, shards: Path, tmp_
     out = read_output(tmp_path / "out")
     assert out.column_names == ["doc_id", "kind", "embedding"]
     assert out["doc_id"].to_pylist() == input_ids(shards)
-    assert out.schema.field("embedding").type == pa.list_(pa.float32())
+    kind = out.schema.field("embedding").type
+    assert pa.types.is_fixed_size_list(kind) and kind.list_size == 384
+    assert kind.value_type == pa.float32()
     norms = np.linalg.norm(np.array(out["embedding"].to_pylist()), axis=1)
     assert np.allclose(norms, 1.0, atol=1e-5)
     assert report["rows"] == 360 and report["chunks_committed"] == 9  # 3 shards x 120 / 50
@@ -45,7 +47,7 @@ def test_resume_scores_only_what_is_missing(embed_job: Path, tmp_path: Path):
     again = run_job(job)
     assert again["rows"] == 0 and again["chunks_already_done"] == 9 and again["load_s"] == 0
     # lose one committed chunk: only its 50 rows are scored again
-    (tmp_path / "out/_batchscore/done/00001-00001.json").unlink()
+    record_of(tmp_path / "out", shard=1, chunk=1).unlink()
     resumed = run_job(job)
     assert resumed["rows"] == 50 and resumed["chunks_committed"] == 1
     assert read_output(tmp_path / "out").equals(first)
@@ -86,8 +88,9 @@ def test_bad_shard_fails_alone_and_is_retried(embed_job: Path, shards: Path, tmp
     shard.write_bytes(good[: len(good) // 2])  # truncated in transit
     with pytest.raises(InputDataError, match=r"(?s)1 shard\(s\) failed.*docs-001\.parquet"):
         run_job(load_job(embed_job))
-    done = {p.stem for p in (tmp_path / "out/_batchscore/done").glob("*.json")}
-    assert {k[:5] for k in done} == {"00000", "00002"}
+    done = (tmp_path / "out/_batchscore/done").glob("*.json")
+    committed = {Path(json.loads(p.read_text())["shard"]["path"]).name for p in done}
+    assert committed == {"docs-000.parquet", "docs-002.parquet"}
     shard.write_bytes(good)
     report = run_job(load_job(embed_job))
     assert report["rows"] == 120
@@ -109,4 +112,5 @@ def test_empty_shard_is_committed_empty(embed_job: Path, shards: Path, tmp_path:
     pq.write_table(pq.read_table(first).slice(0, 0), shards / "docs-999.parquet")
     report = run_job(load_job(embed_job))
     assert report["rows"] == 360
-    assert pq.read_metadata(tmp_path / "out/part-00003-00000.parquet").num_rows == 0
+    (empty,) = [f for f in output_files(tmp_path / "out") if "docs-999" in source_of(f)]
+    assert pq.read_metadata(empty).num_rows == 0

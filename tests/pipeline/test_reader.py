@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.sections import InputConfig
+from batchscore.output.layout import shard_key
 from batchscore.output.pending import chunks_of
 from batchscore.pipeline.reader import read_windows
 from batchscore.pipeline.shards import check_columns, find_shards, open_shard
@@ -55,7 +56,9 @@ def test_chunk_plan_is_fixed_ranges(tmp_path: Path):
     shard = find_shards(InputConfig(path=(str(make(tmp_path / "s.parquet", 10)),)))[0]
     chunks = chunks_of(shard, 10, 4)
     assert [(c.start, c.stop, c.of) for c in chunks] == [(0, 4, 3), (4, 8, 3), (8, 10, 3)]
-    assert [c.key for c in chunks] == ["00000-00000", "00000-00001", "00000-00002"]
+    # keyed by a digest of the shard's path, never by its position or the raw path
+    assert shard.key == shard_key(shard.path) and len(shard.key) == 16
+    assert [c.key for c in chunks] == [f"{shard.key}-0000{i}" for i in range(3)]
     assert [(c.start, c.stop) for c in chunks_of(shard, 0, 4)] == [(0, 0)]
 
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.errors import WriteError
+from batchscore.errors import OutputConflictError, WriteError
+from batchscore.output.manifest import facts_of
 from batchscore.pipeline.writer import ChunkWriter
 from batchscore.storage.local import LocalStore
 
@@ -37,17 +38,21 @@ def test_round_trip(tmp_path_factory, windows):
     out = tmp_path_factory.mktemp("out")
     store = LocalStore(out)
     store.prepare()
-    writer = ChunkWriter(store, "00000-00000", SCHEMA)
+    writer = ChunkWriter(store, "00000-00000", SCHEMA, {"batchscore.chunk": "00000-00000"})
     for rows in windows:
         writer.append(pa.table({"id": [r[0] for r in rows], "embedding": [r[1] for r in rows]},
                                schema=SCHEMA))  # fmt: skip
         assert visible(out) == []  # nothing visible before publish
     expected = [r for rows in windows for r in rows]
-    path = writer.publish(len(expected))
+    facts = writer.finish(len(expected))
+    assert visible(out) == []  # finished (durable, checked) but not yet published
+    path = writer.publish()
     assert visible(out) == ["part-00000-00000.parquet"]
     assert list(store.staging.iterdir()) == []
+    assert facts == facts_of(Path(path)) and facts.rows == len(expected)
     back = pq.read_table(path)
-    assert back.schema == SCHEMA
+    assert back.schema.remove_metadata() == SCHEMA
+    assert back.schema.metadata[b"batchscore.chunk"] == b"00000-00000"
     assert back.column("id").to_pylist() == [r[0] for r in expected]
     for got, (_, want) in zip(back.column("embedding").to_pylist(), expected, strict=True):
         assert got == pytest.approx(want, nan_ok=True)
@@ -56,17 +61,30 @@ def test_round_trip(tmp_path_factory, windows):
 def test_row_count_is_checked_before_publishing(tmp_path: Path):
     store = LocalStore(tmp_path)
     store.prepare()
-    writer = ChunkWriter(store, "00000-00000", SCHEMA)
+    writer = ChunkWriter(store, "00000-00000", SCHEMA, {})
     writer.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
     with pytest.raises(WriteError, match="holds 1 rows, expected 2"):
-        writer.publish(2)
-    assert visible(tmp_path) == []
+        writer.finish(2)
+    assert visible(tmp_path) == [] and list(store.staging.iterdir()) == []
+
+
+def test_a_file_it_did_not_write_is_never_replaced(tmp_path: Path):
+    store = LocalStore(tmp_path)
+    store.prepare()
+    (tmp_path / "part-00000-00000.parquet").write_bytes(b"someone else's")
+    writer = ChunkWriter(store, "00000-00000", SCHEMA, {})
+    writer.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
+    writer.finish(1)
+    with pytest.raises(OutputConflictError, match="did not write"):
+        writer.publish()
+    assert (tmp_path / "part-00000-00000.parquet").read_bytes() == b"someone else's"
+    assert list(store.staging.iterdir()) == []
 
 
 def test_abort_leaves_nothing(tmp_path: Path):
     store = LocalStore(tmp_path)
     store.prepare()
-    writer = ChunkWriter(store, "00001-00002", SCHEMA)
+    writer = ChunkWriter(store, "00001-00002", SCHEMA, {})
     writer.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
     writer.abort()
     assert visible(tmp_path) == [] and list(store.staging.iterdir()) == []

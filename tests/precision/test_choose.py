@@ -19,7 +19,7 @@ from batchscore.pipeline.driver import run_job
 from batchscore.precision.choose import BUDGETS
 from batchscore.precision.int8_linear import int8_available
 from batchscore.precision.table import available
-from tests.conftest import read_output
+from tests.conftest import read_output, record_of
 from tests.reliability import make_job
 
 FAST = [p for p in available(torch.device("cpu")) if p != "fp32"]
@@ -43,7 +43,7 @@ def test_precision_is_gated_once_and_recorded(job: Path):
     assert decision["precision"] == FAST[0] and "passes the quality gate" in decision["why"]
     assert decision["agreement"]["cosine_min"] >= 0.99
     assert settled(job) == report["settled"]
-    (job.parent / "out/_batchscore/done/00001-00000.json").unlink()
+    record_of(job.parent / "out", shard=1).unlink()
     again = run_job(load_job(job, sets))
     assert again["settled"] == report["settled"] and again["tuning_s"] < 0.5  # not measured again
 

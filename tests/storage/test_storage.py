@@ -32,11 +32,17 @@ pytestmark = pytest.mark.s3
 
 
 def read_s3_output(url: str) -> pa.Table:
-    """Read an output folder in S3 as the contract says: part files in name order."""
+    """Read an output folder in S3 as the contract says: every data file, in the input order
+    their footers name (source shard, then row range)."""
     fs, base = filesystem(url)
     infos = fs.get_file_info(pafs.FileSelector(base))
-    parts = sorted(i.path for i in infos if i.base_name.endswith(".parquet"))
-    return pa.concat_tables(pq.read_table(p, filesystem=fs) for p in parts)
+    parts = [i.path for i in infos if i.base_name.endswith(".parquet")]
+
+    def source(path: str) -> tuple[bytes, int]:
+        meta = pq.read_metadata(fs.open_input_file(path)).metadata
+        return meta[b"batchscore.shard"], int(meta[b"batchscore.rows"].split(b"-")[0])
+
+    return pa.concat_tables(pq.read_table(p, filesystem=fs) for p in sorted(parts, key=source))
 
 
 def s3_names(url: str) -> list[str]:

@@ -1,0 +1,74 @@
+"""One job per output folder: the job's identity, checked at the start of every run.
+
+A folder belongs to the job that made its first commit: its resolved inputs plus the
+fingerprint of everything that decides the output. Its name and job file are recorded only to
+say who it is, so the same job from a moved or renamed job file keeps working. A run that
+committed nothing claimed nothing, so a corrected job just runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from batchscore import __version__
+from batchscore.errors import OutputConflictError
+from batchscore.output.checkpoint import Checkpoint, fingerprint
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a job is, as far as its output is concerned."""
+
+    name: str
+    source: str  # the job file, for messages
+    inputs: list[str]  # the resolved [input].path entries
+    parts: dict[str, Any]  # what decides the output (see `batchscore.output.fingerprint`)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.parts)
+
+    def record(self) -> dict[str, Any]:
+        """The job record a claim writes."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "inputs": self.inputs,
+            "fingerprint": self.fingerprint,
+            "parts": self.parts,
+            "version": __version__,
+        }
+
+
+def check_claim(ckpt: Checkpoint, identity: Identity, restart: bool) -> None:
+    """Refuse to mix this job's output with another job's or other settings'; with ``restart``,
+    first remove what batchscore wrote here (files it did not write are kept)."""
+    if restart:
+        ckpt.clear()
+        return
+    if not ckpt.claimed():
+        return
+    recorded = ckpt.job()
+    where = ckpt.output
+    if recorded is None or "inputs" not in recorded:
+        raise OutputConflictError(
+            f"{where}: holds committed output without a job record batchscore can read (an "
+            "older version's, or a damaged one); run with --restart to replace batchscore's "
+            "files there, or point [output].path at a new folder"
+        )
+    if recorded["inputs"] != identity.inputs:
+        raise OutputConflictError(
+            f"{where}: holds the output of another job, {recorded['name']!r} "
+            f"({recorded.get('source', 'its job file')}), which reads "
+            f"{', '.join(recorded['inputs'])}; give this job its own [output].path, or run "
+            "with --restart to replace that job's files there (other files are kept)"
+        )
+    if recorded["fingerprint"] != identity.fingerprint:
+        keys = set(identity.parts) | set(recorded["parts"])
+        changed = sorted(k for k in keys if identity.parts.get(k) != recorded["parts"].get(k))
+        raise OutputConflictError(
+            f"{where}: committed output was made with other settings "
+            f"(changed: {', '.join(changed)}); run with --restart to discard it and start "
+            "over, or point [output].path at a new folder"
+        )
