@@ -5,18 +5,20 @@ Errors become messages and exit codes here and only here (see `batchscore.errors
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
 from batchscore import __version__
-from batchscore.errors import BatchscoreError
+from batchscore.errors import BatchscoreError, MetricsError
 from batchscore.job.load import load_job
 from batchscore.job.sections import Job
 
@@ -54,14 +56,44 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             for line in lines[1:]:
                 click.echo(f"  {line}", err=True)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            code, how = (128 + exc.signum, exc.name) if isinstance(exc, Stopped) else (130, "")
+            message = f"{'stopped by ' + how if how else 'interrupted'}; committed chunks are kept"
             if json_logs():
-                log.error("interrupted; committed chunks are kept", extra={"exit_code": 130})
+                log.error(message, extra={"exit_code": code})
             else:
-                click.echo("batchscore: interrupted; committed chunks are kept", err=True)
-            sys.exit(130)
+                click.echo(f"batchscore: {message}, the next run resumes", err=True)
+            sys.exit(code)
 
     return wrapper
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM (what systemd, Kubernetes and `timeout` send) or SIGHUP, handled like Ctrl-C:
+    the in-flight chunk is abandoned, the report and metrics are written, the lock released."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum, self.name = signum, signal.Signals(signum).name
+        super().__init__(self.name)
+
+
+@contextlib.contextmanager
+def stopping_on_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise `Stopped` in the main thread (a second one
+    waits for the clean-up the first started); the previous handlers come back after."""
+    numbers = (signal.SIGTERM, signal.SIGHUP)
+
+    def handler(signum: int, frame: object) -> None:
+        for number in numbers:
+            signal.signal(number, signal.SIG_IGN)
+        raise Stopped(signum)
+
+    previous = {number: signal.signal(number, handler) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
 
 
 def load(job: str, overrides: tuple[str, ...]) -> Job:
@@ -145,13 +177,19 @@ def run(
         progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
     if engine is not None:
         overrides = (*overrides, f'engine="{engine}"')
-    report = run_job(
-        load(job, overrides),
-        restart=restart,
-        progress=progress,
-        accept_quality=accept_quality,
-        metrics_file=Path(metrics_file) if metrics_file else None,
-    )
+    loaded = load(job, overrides)
+    try:
+        with stopping_on_signals():
+            report = run_job(
+                loaded,
+                restart=restart,
+                progress=progress,
+                accept_quality=accept_quality,
+                metrics_file=Path(metrics_file) if metrics_file else None,
+            )
+    except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
+        click.echo(summary(exc.report))
+        raise
     if json_logs():
         log.info("run finished", extra={"report": report})
     click.echo(summary(report))

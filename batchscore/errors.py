@@ -84,6 +84,23 @@ class EngineError(BatchscoreError):
     exit_code = 9
 
 
+class BookkeepingError(BatchscoreError):
+    """A bookkeeping file of the output folder is damaged, and the data files do not prove
+    what it said: the run cannot tell what is committed."""
+
+    exit_code = 10
+
+
+class MetricsError(BatchscoreError):
+    """The run succeeded, but its `--metrics-file` could not be written (cron must notice)."""
+
+    exit_code = 11
+
+    def __init__(self, message: str, report: dict | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
 class LockHeldError(BatchscoreError):
     """Another run of the same job holds the output folder's lock (EX_TEMPFAIL: try again later)."""
 
@@ -103,6 +120,11 @@ EXIT_CODES: dict[int, str] = {
     TransientIOError.exit_code: "reading input failed transiently (I/O error); run again later",
     QualityGateError.exit_code: "the precision fails its quality gate against fp32; nothing scored",
     EngineError.exit_code: "the Ray cluster could not be reached, or its model actors kept dying",
+    BookkeepingError.exit_code: "a bookkeeping file of the output folder is damaged beyond what "
+    "the data files prove; --restart starts over",
+    MetricsError.exit_code: "every row is committed, but the --metrics-file could not be written",
     LockHeldError.exit_code: "another run of the same job is still running",
+    129: "stopped by SIGHUP; committed chunks are kept, the next run resumes",
     130: "interrupted (Ctrl-C); committed chunks are kept",
+    143: "stopped by SIGTERM; committed chunks are kept, the next run resumes",
 }

@@ -69,12 +69,36 @@ def test_null_and_empty_texts_are_recorded_under_skip(job: Path):
     assert rejected[0]["shard"].endswith("docs-001.parquet")
 
 
-def test_bad_row_share_above_the_limit_fails_the_run(job: Path):
-    set_texts(shard(job, 0), {i: None for i in range(0, 15, 2)})  # 8 of the first 15 rows
-    with pytest.raises(BadRowsError, match=r"8 of 15 committed rows failed \(53\.3%\)"):
-        run_job(load_job(job, ["output.on_error=skip", "output.max_bad_share=0.2"]))
+def test_the_bad_row_gate_counts_over_the_whole_job(job: Path):
+    """8 bad rows of 120: over a 5% limit (6 rows) the run stops as soon as that is certain,
+    and every re-run fails again; within 10% (12 rows) the job passes."""
+    set_texts(shard(job, 0), {i: None for i in range(0, 15, 2)})  # 8 in the first chunk
+    skip = ["output.on_error=skip", "output.max_bad_share=0.05"]
+    message = r"8 of the job's 120 input rows failed \(6\.7%\).*most in docs-000\.parquet \(8\)"
+    with pytest.raises(BadRowsError, match=message):
+        run_job(load_job(job, skip))
     runs = [json.loads(p.read_text()) for p in (job.parent / "out/_batchscore/runs").glob("*")]
-    assert [r["outcome"] for r in runs] == ["failed"]
+    assert [(r["outcome"], r["chunks_committed"]) for r in runs] == [("too many bad rows", 1)]
+    with pytest.raises(BadRowsError, match=message):  # the same input and limit: fails again
+        run_job(load_job(job, skip))
+    report = run_job(load_job(job, [*skip, "output.max_bad_share=0.1"]))
+    assert report["outcome"] == "ok" and read_output(job.parent / "out").num_rows == 120
+
+
+def test_a_few_bad_rows_up_front_do_not_stop_a_big_job(job: Path):
+    """Two null texts in a small shard that sorts first: 2 of 124 rows, under 10%."""
+    first = pq.read_table(shard(job, 0)).slice(0, 4)
+    path = job.parent / "in/aaa-first.parquet"
+    pq.write_table(first, path)
+    set_texts(path, {0: None, 1: None})
+    report = run_job(load_job(job, ["output.on_error=skip"]))
+    assert report["outcome"] == "ok" and report["bad_rows"] == 2 and report["rows"] == 124
+
+
+def test_max_bad_share_must_be_a_share(job: Path):
+    for value in ("nan", "inf", "1.5", "-0.1"):
+        with pytest.raises(JobError, match=r"\[output\]\.max_bad_share"):
+            load_job(job, [f"output.max_bad_share={value}"])
 
 
 def test_long_texts_are_truncated_and_counted(job: Path):

@@ -4,6 +4,7 @@ exactly once, in order, equal to a clean run."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import time
@@ -154,10 +155,19 @@ def test_write_failure_stops_cleanly_and_next_run_completes(job: Path, clean, fa
     assert_complete_and_equal(out, clean)
 
 
-def test_transient_read_error_fails_the_run_not_the_rows(job: Path, clean):
-    with faults.armed("read-window@5:eio"), pytest.raises(TransientIOError, match="run again"):
+def test_a_transient_read_error_is_retried_and_reading_resumes(job: Path, clean):
+    with faults.armed("read-window@5:eio"):
+        report = run_job(load_job(job))
+    assert report["retries"] == 1 and report["outcome"] == "ok"
+    assert_complete_and_equal(job.parent / "out", clean)  # resumed where it stopped: no row twice
+
+
+def test_a_transient_read_error_that_persists_fails_the_run_not_the_rows(job: Path, clean):
+    with faults.armed("read-window:eio"), pytest.raises(TransientIOError, match="5 tries"):
         run_job(load_job(job))
-    assert run_job(load_job(job))["rows"] < 120  # what was committed is kept
+    runs = [json.loads(p.read_text()) for p in (job.parent / "out/_batchscore/runs").glob("*")]
+    assert runs[0]["retries"] == 4  # bounded: 5 tries, then the run stops (exit 7)
+    assert run_job(load_job(job))["rows"] <= 120  # what was committed is kept
     assert_complete_and_equal(job.parent / "out", clean)
 
 

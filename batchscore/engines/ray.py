@@ -49,6 +49,7 @@ COUNTERS = (
     "padded_tokens",
     "batches",
     "truncated",
+    "retries",
 )
 
 

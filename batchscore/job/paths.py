@@ -69,6 +69,13 @@ def relation(entry: str, output: str) -> str | None:
     return "a folder containing" if is_within(path, out) else None
 
 
+def names_input(entry: str, path: str) -> bool:
+    """Whether ``path`` (a resolved file or URL) is one of the files the input entry names."""
+    if has_glob(entry):
+        return fnmatch.fnmatchcase(path, entry)
+    return path == entry or path.startswith(entry.rstrip("/") + "/")
+
+
 def overlap_problem(inputs: tuple[str, ...], output: str) -> str | None:
     """The first overlap between the job's inputs and its output folder, said for the user."""
     for entry in inputs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, Literal
@@ -34,9 +35,12 @@ def describe(annotation: Any) -> str:
         return f"a list of {describe(typing.get_args(annotation)[0])}s"
     if origin is dict:
         return "a table"
-    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
-        annotation, getattr(annotation, "__name__", str(annotation))
-    )
+    return {
+        str: "a string",
+        int: "an integer",
+        float: "a finite number",
+        bool: "true or false",
+    }.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def show(value: Any) -> str:
@@ -69,8 +73,9 @@ def coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
         return all(ok for ok, _ in converted), tuple(v for _, v in converted)
     if origin is dict:  # a TOML table passed through as is (e.g. a factory's arguments)
         return isinstance(value, dict), value
-    if annotation is float:
+    if annotation is float:  # nan and inf are never a threshold, a budget or a share
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)
         return ok, float(value) if ok else value
     if annotation is int:
         return isinstance(value, int) and not isinstance(value, bool), value

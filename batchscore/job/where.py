@@ -9,6 +9,7 @@ resumed run filters exactly the same rows again.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,11 +69,32 @@ class RowFilter:
         return None
 
     def keep(self, table: pa.Table) -> np.ndarray:
-        """Positions of the window rows that pass, in order."""
+        """Positions of the window rows that pass, in order; `WhereError` when the predicate
+        cannot be evaluated on these rows (a cast of a value that is not a number, say)."""
         import polars as pl
 
         frame = pl.from_arrow(table.select(list(self.columns))) if self.columns else None
         if frame is None or not isinstance(frame, pl.DataFrame):
             frame = pl.DataFrame({"_": np.zeros(table.num_rows, dtype=np.int8)})
-        rows = frame.with_row_index("__row").filter(parse(self.where))["__row"]
+        try:
+            rows = frame.with_row_index("__row").filter(parse(self.where))["__row"]
+        except Exception as exc:  # polars raises its own error types, whose text quotes rows
+            raise WhereError(redact(str(exc))) from None
         return rows.to_numpy().astype(np.int64)
+
+
+class WhereError(ValueError):
+    """`[input].where` failed on a window of rows; the message quotes no row's value."""
+
+
+def redact(message: str) -> str:
+    """An evaluation error's first line with anything that may quote a row removed: polars
+    lists the offending values after "values:", quoted or bracketed, over several lines."""
+    first = message.strip().splitlines()[0] if message.strip() else "cannot be evaluated"
+    first = first.split(" values:", 1)[0]
+    first = QUOTED.sub("...", first)
+    return OPENED.split(first, 1)[0].rstrip(" :,") or "cannot be evaluated"
+
+
+QUOTED = re.compile(r"\[[^\]]*\]|\"[^\"]*\"|'[^']*'|`[^`]*`")  # closed on the line
+OPENED = re.compile(r"[\[\"'`]")  # an opener whose close is on another line

@@ -1,8 +1,9 @@
 """Numeric feature columns -> one float32 matrix, with a row error for every unusable row.
 
 Features come as several number columns (one feature each) or as one list column (a vector per
-row). A row is unusable when a value is null or not finite, or its vector has the wrong length;
-the error names the column, and the row simply gets no line in the matrix. Pure pyarrow/numpy.
+row). A row is unusable when a value is null, not finite, or too large for float32 (the model
+would see inf), or its vector has the wrong length; the error names the column, and the row
+simply gets no line in the matrix. Pure pyarrow/numpy.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ def is_list(kind: pa.DataType) -> bool:
 def as_float(values: pa.Array) -> np.ndarray:
     """Numbers as float64 with NaN where null (nulls are reported separately)."""
     return pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
+
+
+def overflows(values: np.ndarray) -> np.ndarray:
+    """Finite values that float32 (what the model reads) would turn into inf."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (np.abs(values) > np.finfo(np.float32).max)
 
 
 def flag(errors: dict[int, str], bad: np.ndarray, message: str) -> None:
@@ -57,6 +64,7 @@ def vector_column(array: pa.Array, column: str, width: int, errors: dict[int, st
     for bad, what in (
         (item_null, "holds a null"),
         (~item_null & ~np.isfinite(flat), "holds NaN or inf"),
+        (overflows(flat), "holds a value too large for float32"),
     ):
         flag(errors, np.isin(np.arange(n), owner[bad]), f"column {column!r}: {what}")
     out = np.zeros((n, width), dtype=np.float32)
@@ -89,6 +97,7 @@ def feature_matrix(
             null = array.is_null().to_numpy(zero_copy_only=False)
             flag(errors, null, f"column {column!r}: value is null")
             flag(errors, ~null & ~np.isfinite(values), f"column {column!r}: NaN or inf")
+            flag(errors, overflows(values), f"column {column!r}: value too large for float32")
             matrix[:, j] = values
     rows = np.asarray([i for i in range(table.num_rows) if i not in errors], dtype=np.int64)
     return np.ascontiguousarray(matrix[rows]), rows, errors

@@ -17,13 +17,13 @@ import numpy as np
 import pyarrow as pa
 
 from batchscore.errors import ModelError
-from batchscore.job.prompt import Prompt
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded
 from batchscore.models.decode import Decoding, RowSampler, eos_ids, generation_config, trim
 from batchscore.models.locate import load_pretrained
+from batchscore.models.prompt import Prompt
 from batchscore.models.text import TextEncoder
 from batchscore.pipeline.executor import Executor
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from batchscore.job.prompt import Prompt
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, SummarizeConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
 from batchscore.models.embed import Embedder
+from batchscore.models.prompt import Prompt
 from batchscore.models.sentences import split_sentences
 from batchscore.pipeline.executor import Executor
 

@@ -99,8 +99,8 @@ class TensorTask:
         self.value = options.output == "value"
         self.inputs = tuple(inp.features)
         kind = pa.float32() if self.value else pa.int64()
-        width = self.output_width(input_width(inp, options))
-        scores = pa.list_(pa.float32(), width) if width else pa.list_(pa.float32())
+        self.width = self.output_width(input_width(inp, options))
+        scores = pa.list_(pa.float32(), self.width) if self.width else pa.list_(pa.float32())
         self.columns = [pa.field("prediction", kind), pa.field("scores", scores)]
 
     def output_width(self, features: int | None) -> int | None:
@@ -133,7 +133,7 @@ class TensorTask:
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         n = len(encoded.rows)
-        width = results.shape[1] if results.ndim == 2 else 1
+        width = self.width or (results.shape[1] if results.ndim == 2 else 1)  # rows or none
         scores = results.reshape(n, width).astype(np.float32)
         prediction = scores[:, 0] if self.value else scores.argmax(axis=1).astype(np.int64)
         return {

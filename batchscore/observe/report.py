@@ -31,6 +31,7 @@ class RunStats:
     model_busy_s: float = 0.0  # summed over model replicas
     replicas: int = 1  # models that ran side by side (Ray actors)
     actors_replaced: int = 0
+    retries: int = 0  # transient I/O errors retried (and overcome, unless the run failed)
     started: float = field(default_factory=time.time)
     wall_s: float = 0.0
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,8 +40,21 @@ from batchscore.output.layout import (
 )
 from batchscore.output.manifest import is_ours, problem
 from batchscore.storage import Store, open_store
+from batchscore.storage.retry import Retry
 
+log = logging.getLogger("batchscore")
 READERS = 16  # in an object store each record is a request, and a large job has thousands
+# what an intent and a commit record must hold to be used; anything less is damaged
+INTENT_KEYS = ("chunk", "file", "size", "rows", "footer")
+RECORD_KEYS = (*INTENT_KEYS, "shard", "chunks", "start", "stop", "bad_rows")
+
+
+class Damaged(ValueError):
+    """A bookkeeping file that is truncated, not JSON, or lacks what it must hold."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"{where}: damaged ({why})")
+        self.where = where
 
 
 def fingerprint(parts: dict[str, Any]) -> str:
@@ -52,19 +66,21 @@ def fingerprint(parts: dict[str, Any]) -> str:
 class Checkpoint:
     """The bookkeeping of one output folder (a local path, a URL, or an open `Store`)."""
 
-    def __init__(self, output: str | Path | Store) -> None:
-        self.store = open_store(output) if isinstance(output, str | Path) else output
+    def __init__(self, output: str | Path | Store, retry: Retry | None = None) -> None:
+        self.store = open_store(output, retry) if isinstance(output, str | Path) else output
         self.output = self.store.url
         self.tmp_dir = self.store.staging
         self.lock_path = self.store.lock_path
+        self.damaged: dict[str, str] = {}  # bookkeeping file -> why, found by the last reads
 
     def prepare(self) -> None:
         """Create the bookkeeping folders a run writes into."""
         self.store.prepare(DONE, WRITING, RUNS, REJECTED)
 
     def job(self) -> dict[str, Any] | None:
-        """The job record of the last claim, or None when there is none."""
-        return self.read_json(JOB)
+        """The job record of the last claim, or None when there is none; `Damaged` when it
+        cannot be read."""
+        return self.read_json(JOB, ("name", "inputs", "fingerprint", "parts"))
 
     def claim(self, record: dict[str, Any]) -> None:
         """Record the job that owns the folder (written just before its first commit)."""
@@ -75,20 +91,31 @@ class Checkpoint:
         return bool(self.store.names(DONE) or self.store.names(WRITING))
 
     def settled(self) -> dict[str, Any] | None:
-        """What an earlier run measured and chose (precision, budget, agreement), if any."""
-        return self.read_json(SETTLED)
+        """What an earlier run measured and chose (precision, budget, agreement), if any;
+        `Damaged` when it cannot be read."""
+        return self.read_json(SETTLED, ("precision",))
 
     def settle(self, record: dict[str, Any]) -> None:
         """Pin measured choices, so every run of this output uses the same precision."""
         self.write_json(SETTLED, record)
 
     def committed(self) -> dict[str, dict[str, Any]]:
-        """Every commit record, by chunk key."""
-        return {r["chunk"]: r for r in self.read_all(DONE)}
+        """Every readable commit record, by chunk key (a damaged one is left out and named in
+        `damaged`: its chunk is not committed as far as anyone can prove)."""
+        return {r["chunk"]: r for r in self.read_all(DONE, RECORD_KEYS)}
 
     def intents(self) -> dict[str, dict[str, Any]]:
-        """Every intent whose publish may not have finished, by chunk key."""
-        return {r["chunk"]: r for r in self.read_all(WRITING)}
+        """Every readable intent whose publish may not have finished, by chunk key."""
+        return {r["chunk"]: r for r in self.read_all(WRITING, INTENT_KEYS)}
+
+    def drop_damaged(self) -> list[str]:
+        """Remove the damaged records and intents the last reads found (batchscore's own files,
+        which prove nothing); their chunks are scored again. Returns what was removed."""
+        dropped = [rel for rel in self.damaged if rel.startswith((DONE, WRITING))]
+        for rel in dropped:
+            self.store.delete(rel)
+            self.damaged.pop(rel)
+        return [self.store.where(rel) for rel in dropped]
 
     def intend(self, record: dict[str, Any]) -> None:
         """Say which file is about to be published, and what it holds, before publishing it."""
@@ -173,23 +200,50 @@ class Checkpoint:
             self.store.delete(f"{RUNS}/{name}")
 
     def reports(self) -> Iterator[dict[str, Any]]:
-        """Run reports, newest first (names start with the run's UTC start time)."""
+        """Run reports, newest first (names start with the run's UTC start time); a damaged
+        one is skipped with a warning (it only ever described a run)."""
         for name in sorted(fnmatch.filter(self.store.names(RUNS), "*.json"), reverse=True):
-            report = self.read_json(f"{RUNS}/{name}")
+            try:
+                report = self.read_json(f"{RUNS}/{name}", ("outcome",))
+            except Damaged as exc:
+                log.warning("%s; skipped", exc)
+                continue
             if report is not None:
                 yield report
 
-    def read_json(self, rel: str) -> dict[str, Any] | None:
-        """A bookkeeping file's JSON, or None when it does not exist."""
-        text = self.store.read_text(rel)
-        return json.loads(text) if text is not None else None
+    def read_json(self, rel: str, keys: tuple[str, ...] = ()) -> dict[str, Any] | None:
+        """A bookkeeping file's JSON object, or None when it does not exist; `Damaged` when it
+        is not JSON or lacks one of ``keys``."""
+        return self.parse(rel, self.store.read_text(rel), keys)
 
-    def read_all(self, folder: str) -> list[dict[str, Any]]:
-        """Every JSON record in ``folder``, read by a few threads at once."""
+    def parse(self, rel: str, text: str | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
+        if text is None:
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise Damaged(self.store.where(rel), f"not JSON: {exc}") from None
+        missing = [k for k in keys if not isinstance(data, dict) or k not in data]
+        if missing:
+            raise Damaged(self.store.where(rel), f"it lacks {', '.join(missing)}")
+        return data
+
+    def read_all(self, folder: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Every readable record in ``folder``, read by a few threads at once; damaged ones
+        are noted in `damaged` and left out."""
         rels = [f"{folder}/{name}" for name in fnmatch.filter(self.store.names(folder), "*.json")]
         with ThreadPoolExecutor(max_workers=READERS) as pool:
-            texts = pool.map(self.store.read_text, rels)
-            return [json.loads(text) for text in texts if text is not None]  # None: just deleted
+            texts = list(pool.map(self.store.read_text, rels))
+        records = []
+        for rel, text in zip(rels, texts, strict=True):
+            try:
+                record = self.parse(rel, text, keys)
+            except Damaged as exc:
+                self.damaged[rel] = str(exc)
+                continue
+            if record is not None:  # None: deleted since it was listed
+                records.append(record)
+        return records
 
     def write_json(self, rel: str, data: Any) -> None:
         """Write bookkeeping atomically; a failure is a `WriteError` naming the file."""

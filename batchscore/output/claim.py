@@ -8,12 +8,17 @@ committed nothing claimed nothing, so a corrected job just runs.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from batchscore import __version__
-from batchscore.errors import OutputConflictError
-from batchscore.output.checkpoint import Checkpoint, fingerprint
+from batchscore.errors import BookkeepingError, OutputConflictError
+from batchscore.job.paths import names_input
+from batchscore.output.checkpoint import Checkpoint, Damaged, fingerprint
+from batchscore.output.manifest import written_for
+
+log = logging.getLogger("batchscore")
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,10 @@ def check_claim(ckpt: Checkpoint, identity: Identity, restart: bool) -> None:
         return
     if not ckpt.claimed():
         return
-    recorded = ckpt.job()
+    try:
+        recorded = ckpt.job()
+    except Damaged as exc:
+        recorded = repair_claim(ckpt, identity, exc)
     where = ckpt.output
     if recorded is None or "inputs" not in recorded:
         raise OutputConflictError(
@@ -72,3 +80,25 @@ def check_claim(ckpt: Checkpoint, identity: Identity, restart: bool) -> None:
             f"(changed: {', '.join(changed)}); run with --restart to discard it and start "
             "over, or point [output].path at a new folder"
         )
+
+
+def repair_claim(ckpt: Checkpoint, identity: Identity, damage: Damaged) -> dict[str, Any]:
+    """Rewrite a damaged job record from what the data files prove: every committed file's
+    footer names this job's fingerprint and a shard under this job's inputs. Anything less
+    proves nothing, and the run stops (`BookkeepingError`) rather than start over silently."""
+    records = ckpt.committed()
+    proven = bool(records)
+    for record in records.values():
+        footer = written_for(ckpt.store, record["file"])
+        shard = footer.get("batchscore.shard", "")
+        ours = footer.get("batchscore.fingerprint") == identity.fingerprint
+        proven = proven and ours and any(names_input(e, shard) for e in identity.inputs)
+    if not proven:
+        raise BookkeepingError(
+            f"{damage}; the data files do not prove which job it belonged to. Run with "
+            "--restart to start over (files batchscore did not write are kept), or point "
+            "[output].path at a new folder"
+        )
+    log.warning("%s; rewritten from the data files' footers, which all name this job", damage)
+    ckpt.claim(identity.record())
+    return identity.record()

@@ -18,13 +18,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from batchscore.errors import BadRowsError, InputDataError
+from batchscore.errors import InputDataError
 from batchscore.job.sections import OutputConfig
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.layout import REJECTED, part_name, rejected_name
+from batchscore.output.layout import part_name, rejected_name
 from batchscore.output.manifest import FileFacts
-from batchscore.output.pending import Chunk
+from batchscore.output.pending import Chunk, Pending
+from batchscore.output.verdict import bad_share_error
 from batchscore.pipeline.stages import Scored
 from batchscore.pipeline.writer import ChunkWriter
 
@@ -46,17 +47,16 @@ class Committer:
         claim: dict[str, Any],
         decision: dict[str, Any] | None,
         metadata: dict[str, str],
+        todo: Pending,
     ) -> None:
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
         self.claim, self.decision, self.metadata = claim, decision, metadata
+        self.bad_by_shard, self.total_rows = todo.bad_by_shard, todo.total_rows
         self.writer: ChunkWriter | None = None
         self.read = 0  # input rows of the open chunk seen so far
         self.rejected: list[pa.Table] = []
         self.failures: list[dict[str, str]] = []
         self.failed_shards: set[int] = set()
-        records = ckpt.committed().values()
-        self.rows = sum(r["rows"] for r in records)
-        self.bad = sum(r.get("bad_rows", 0) for r in records)
 
     def __call__(self, item: Scored) -> None:
         chunk = item.chunk
@@ -109,15 +109,16 @@ class Committer:
         self.ckpt.commit(record(chunk, facts, bad))
         self.stats.chunks_committed += 1
         self.stats.bad_rows += bad
-        self.stats.filtered += chunk.rows - rows
-        self.rows, self.bad = self.rows + rows, self.bad + bad
-        if self.bad > self.output.max_bad_share * self.rows:
-            raise BadRowsError(
-                f"{self.bad:,} of {self.rows:,} committed rows failed "
-                f"({self.bad / self.rows:.1%}), above [output].max_bad_share = "
-                f"{self.output.max_bad_share}; see {self.ckpt.store.where(REJECTED)} for each "
-                "row's error"
-            )
+        self.stats.filtered += chunk.rows - facts.rows
+        self.bad_by_shard[chunk.shard.path] = self.bad_by_shard.get(chunk.shard.path, 0) + bad
+        certain = bad_share_error(
+            self.bad_by_shard,
+            total=self.total_rows,
+            limit=self.output.max_bad_share,
+            ckpt=self.ckpt,
+        )
+        if certain is not None:  # over the limit however the rest turns out: stop now
+            raise certain
 
     def abort(self) -> None:
         """Drop the open chunk, if any; nothing of it becomes visible."""

@@ -25,7 +25,7 @@ from batchscore.job.where import RowFilter
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.layout import chunk_key, part_name, shard_of
 from batchscore.output.manifest import problems, written_for
-from batchscore.pipeline.shards import Shard, check_columns, open_shard
+from batchscore.pipeline.shards import Shard, check_columns, is_text, open_shard
 
 log = logging.getLogger("batchscore")
 
@@ -69,14 +69,18 @@ class Pending:
     gone: list[str] = field(default_factory=list)  # shards no longer input, output kept
     done_chunks: int = 0
     done_rows: int = 0
+    total_rows: int = 0  # the job's input rows, from the footers (the bad-row gate's base)
+    bad_by_shard: dict[str, int] = field(default_factory=dict)  # committed rows with an error
 
 
 def family(kind: pa.DataType) -> str:
     """Types within one family cast into each other safely enough to share an output column."""
+    if pa.types.is_dictionary(kind):
+        return family(kind.value_type)
     for name, test in (
         ("integer", pa.types.is_integer),
         ("floating", pa.types.is_floating),
-        ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)),
+        ("string", is_text),
         ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
     ):
         if test(kind):
@@ -111,14 +115,17 @@ def pending_work(
     reference: tuple[pa.Schema, str] | None = None
     for shard in shards:
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
+        plan.bad_by_shard[shard.path] = sum(r["bad_rows"] for r in records)
         if records and len(records) == records[0]["chunks"] and reference is not None:
             plan.done_chunks += len(records)
             plan.done_rows += sum(r["rows"] for r in records)
+            plan.total_rows += sum(r["stop"] - r["start"] for r in records)
             continue  # whole shard committed: its rows are not read again
         try:
             pf = open_shard(shard)
-            check_where(rows_filter, shard, pf.schema_arrow)
+            plan.total_rows += pf.metadata.num_rows
             check_columns(shard, pf.schema_arrow, inp.carried, kinds)
+            check_where(rows_filter, shard, pf.schema_arrow)
             carried = pa.schema([pf.schema_arrow.field(c) for c in inp.carried])
             if reference is None:
                 reference = (carried, shard.path)
@@ -144,6 +151,8 @@ def stale(ckpt: Checkpoint, shards: list[Shard], plan: Pending) -> dict[str, dic
     file is gone: then nothing is left to keep.
     """
     committed = ckpt.committed()
+    for where in ckpt.drop_damaged():
+        log.warning("%s was damaged and is removed; its chunk is scored again", where)
     live = {s.key: s for s in shards}
     damaged = problems(ckpt.store, committed)
     for key, record in sorted(committed.items()):
@@ -194,7 +203,11 @@ def check_room(ckpt: Checkpoint, chunks: list[Chunk], fingerprint: str) -> None:
 
 
 def check_where(rows_filter: RowFilter | None, shard: Shard, schema: pa.Schema) -> None:
-    """A predicate naming a column the input lacks is a mistake in the job file (exit 2)."""
-    problem = rows_filter.check(schema) if rows_filter is not None else None
+    """A predicate naming a column the input lacks is a mistake in the job file (exit 2); a
+    shard with two columns of a name it reads is the shard's (it fails alone)."""
+    if rows_filter is None:
+        return
+    check_columns(shard, schema, tuple(c for c in rows_filter.columns if c in schema.names), {})
+    problem = rows_filter.check(schema)
     if problem:
         raise JobError(f"[input].where: {problem} ({shard.path})")

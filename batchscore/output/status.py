@@ -75,7 +75,8 @@ def job_status(job: Job) -> dict[str, Any]:
         "rows_done": sum(s.rows_done for s in current),
         "bad_rows": sum(s.bad_rows for s in current),
         "rows_written": sum(s.rows_written for s in current),
-        "complete": all(s.state == "done" for s in current),
+        "complete": all(s.state == "done" for s in current) and not ckpt.damaged,
+        "damaged_bookkeeping": sorted(ckpt.damaged.values()),
         "last_run": last,
     }
 
@@ -133,6 +134,8 @@ def format_status(status: dict[str, Any]) -> str:
         f"{status['rows_done']:,} of {status['rows']:,} rows committed{bad}"
         + (" - complete" if status["complete"] else "")
     )
+    lines += [f"{problem}; the next run scores its chunk again" for problem in status[
+        "damaged_bookkeeping"]]  # fmt: skip
     gone = [s for s in status["shards"] if s["state"] == "gone"]
     if gone:
         kept = sum(s["rows_written"] for s in gone)

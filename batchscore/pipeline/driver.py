@@ -15,38 +15,32 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from batchscore import __version__
 from batchscore.engines import open_engine
-from batchscore.errors import InputDataError, WriteError
+from batchscore.errors import InputDataError
 from batchscore.job.sections import Job
-from batchscore.models.base import Task
 from batchscore.models.locate import locate
 from batchscore.models.tasks import check_outputs, input_kinds
-from batchscore.observe.metrics import write_metrics
 from batchscore.observe.progress import Progress
-from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import check_claim
 from batchscore.output.committer import Committer
+from batchscore.output.contents import file_metadata, output_schema
 from batchscore.output.fingerprint import identity
-from batchscore.output.layout import SUCCESS, report_name
 from batchscore.output.lock import hold_lock
-from batchscore.output.manifest import is_ours, success_text
-from batchscore.output.pending import pending_work
+from batchscore.output.pending import Pending, pending_work
+from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.pipeline.executor import resolve_device
+from batchscore.pipeline.run import Run
 from batchscore.pipeline.shards import find_shards
 from batchscore.pipeline.stages import Scored
 from batchscore.pipeline.threads import Sink
-from batchscore.precision.choose import settle
+from batchscore.precision.choose import recorded_decision, settle
 from batchscore.precision.table import check_precision
+from batchscore.storage.retry import Retry
 
 log = logging.getLogger("batchscore")
 
@@ -63,96 +57,48 @@ def run_job(
 
     Raises `LockHeldError` when another run holds the job, `OutputConflictError` when the output
     folder holds another job's output or other settings', `QualityGateError` when the precision
-    fails its gate (unless ``accept_quality``), and `InputDataError` (after committing every
-    other shard) when some shard could not be read. The run report is written whatever happens
-    (unless the run found nothing to do), and so are the Prometheus metrics in
-    ``metrics_file`` when one is given.
+    fails its gate (unless ``accept_quality``), `BadRowsError` when the job's rows with an error
+    exceed `[output].max_bad_share`, and `InputDataError` (after committing every other shard)
+    when some shard could not be read. The run report is written whatever happens (unless the
+    run found nothing to do), and so are the Prometheus metrics in ``metrics_file``.
     """
     check_outputs(job)  # an id or keep column named like an output column (exit 2)
     if job.engine == "local":  # refuse a device or precision this machine lacks before any work
         check_precision(job.model.precision, resolve_device(job.model.device))
     if accept_quality:
         job = dataclasses.replace(job, quality=dataclasses.replace(job.quality, accept=True))
-    ckpt = Checkpoint(job.output.path)
+    retry = Retry()  # transient I/O errors, in and out, retried and counted for the report
+    ckpt = Checkpoint(job.output.path, retry)
+    ckpt.store.check()  # a file, a read-only or unwritable place: before anything is written
     with hold_lock(ckpt.lock_path, job.name, ckpt.output):
-        start, stats = time.perf_counter(), RunStats()
-        failures: list[dict[str, str]] = []
-        outcome, report = "failed", None
-        context: dict[str, Any] = {
-            "engine": job.engine,
-            "device": job.model.device,
-            "precision": job.model.precision,
-        }
+        run = Run(job, ckpt, retry)
         try:
-            model_path = locate(job.model)
-            who = identity(job, model_path)
-            check_claim(ckpt, who, restart)
-            try:
-                failures = run_pending(
-                    job,
-                    ckpt,
-                    model_path=model_path,
-                    claim=who.record(),
-                    stats=stats,
-                    progress=progress,
-                    context=context,
-                )
-                outcome = "ok" if not failures else "shards failed"
-            except KeyboardInterrupt:
-                outcome = "interrupted"
-                raise
-            finally:
-                stats.wall_s = time.perf_counter() - start
-                report = stats.report(
-                    job=job.name,
-                    outcome=outcome,
-                    output=job.output.path,
-                    failed_shards=failures,
-                    version=__version__,
-                    **context,
-                )
-                if stats.chunks_pending or outcome != "ok":  # nothing to do adds nothing
-                    ckpt.save_report(report_name(stats.started, os.getpid()), report)
-        except KeyboardInterrupt:
-            outcome = "interrupted"
-            raise
+            with run:
+                model_path = locate(job.model)
+                who = identity(job, model_path)
+                check_claim(ckpt, who, restart)
+                run.claimed = True
+                todo = find_pending(job, ckpt, run, fingerprint=who.fingerprint)
+                run.failures = todo.failures
+                if todo.chunks:
+                    run.failures += score_pending(
+                        job,
+                        ckpt,
+                        todo,
+                        run,
+                        model_path=model_path,
+                        claim=who.record(),
+                        progress=progress,
+                    )
+                judge(job, ckpt, todo, run.failures)
         finally:
             if metrics_file is not None:
-                if report is None:  # failed before scoring began
-                    stats.wall_s = time.perf_counter() - start
-                    report = stats.report(job=job.name, outcome=outcome)
-                try:
-                    write_metrics(metrics_file, report, ckpt.reports())
-                except WriteError as exc:
-                    if sys.exc_info()[0] is None:
-                        raise
-                    log.error("%s", exc)  # the run's own error is the one to report
-        if failures:
-            raise InputDataError(
-                f"{len(failures)} shard(s) failed and were not committed; the other shards "
-                "were. Fix or remove them and run again to retry:\n  "
-                + "\n  ".join(f["error"] for f in failures)
-            )
-        return report
+                run.write_metrics(metrics_file)
+        return run.report
 
 
-def run_pending(
-    job: Job,
-    ckpt: Checkpoint,
-    *,
-    model_path: Path,
-    claim: dict[str, Any],
-    stats: RunStats,
-    progress: str,
-    context: dict[str, Any],
-) -> list[dict[str, str]]:
-    """Find the pending chunks, settle what the job leaves to measurement, then stream every
-    pending chunk through the engine and the committer; return the failed shards.
-
-    ``claim`` is the job record the first commit writes. ``context`` receives what the run
-    report should say about the model: where it ran, the precision in force and the measured
-    decisions behind it.
-    """
+def find_pending(job: Job, ckpt: Checkpoint, run: Run, *, fingerprint: str) -> Pending:
+    """Clean up after an interrupted run, then find the chunks still to score."""
     ckpt.prepare()
     for garbage in ckpt.sweep():
         log.info("removed %s, left by an interrupted run", garbage)
@@ -160,41 +106,60 @@ def run_pending(
         job.input,
         kinds=input_kinds(job.model.task, job.input, job.task),
         chunk_rows=job.output.chunk_rows,
-        shards=find_shards(job.input),
+        shards=find_shards(job.input, run.retry),
         ckpt=ckpt,
-        fingerprint=claim["fingerprint"],
+        fingerprint=fingerprint,
     )
+    stats = run.stats
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
     stats.chunks_pending, stats.chunks_redone = len(todo.chunks), len(todo.redone)
-    context.update(redone=todo.redone, gone_shards=todo.gone)
+    run.context.update(redone=todo.redone, gone_shards=todo.gone)
     if todo.chunks or todo.failures:
         ckpt.drop_success()  # incomplete from now until a run ends with every row committed
-    if not todo.chunks:
-        if not todo.failures:
-            mark_complete(ckpt, job.name)
-        return todo.failures
+    return todo
+
+
+def score_pending(
+    job: Job,
+    ckpt: Checkpoint,
+    todo: Pending,
+    run: Run,
+    *,
+    model_path: Path,
+    claim: dict[str, Any],
+    progress: str,
+) -> list[dict[str, str]]:
+    """Settle what the job leaves to measurement, then stream every pending chunk through the
+    engine and the committer; return the shards that failed on the way.
+
+    ``claim`` is the job record the first commit writes. The run's context receives what the
+    report should say about the model: where it ran, the precision in force and the measured
+    decisions behind it.
+    """
+    stats = run.stats
     tuning = time.perf_counter()
-    recorded = ckpt.settled() if ckpt.claimed() else None  # an unclaimed folder decided nothing
+    recorded = recorded_decision(ckpt, job)
     job, decision, gated = settle(job, model_path, recorded)
     stats.tuning_s = time.perf_counter() - tuning
-    context["settled"] = decision or recorded
+    run.context["settled"] = decision or recorded
     engine = open_engine(job)
     try:
         loaded = time.perf_counter()
         task = engine.load(model_path, stats, len(todo.chunks), gated)
         gated = None  # the engine holds what it adopted; let the rest go
         stats.load_s = time.perf_counter() - loaded
-        context.update(device=engine.device, precision=engine.precision)
+        run.context.update(device=engine.device, precision=engine.precision)
         if engine.quantization:
-            context["int8"] = engine.quantization
+            run.context["int8"] = engine.quantization
         committer = Committer(
             job.output,
             ckpt,
-            schema=output_schema(job, todo.carried, task),
+            schema=output_schema(job, todo.carried, task.columns),
             stats=stats,
             claim=claim,
             decision=decision or recorded,
             metadata=file_metadata(job, claim, engine.precision),
+            todo=todo,
         )
         bar = Progress(sum(c.rows for c in todo.chunks), progress)
         sink: Sink[Scored] = Sink(committer, depth=2)
@@ -209,39 +174,20 @@ def run_pending(
     finally:
         engine.close()
         stats.model_busy_s = engine.busy_s
-    failures = todo.failures + committer.failures
-    if not failures:
-        mark_complete(ckpt, job.name)
-    return failures
+    return committer.failures
 
 
-def mark_complete(ckpt: Checkpoint, job_name: str) -> None:
-    """Write `_SUCCESS` (the Hadoop convention schedulers poll for): every input row is
-    committed. Another writer's `_SUCCESS` is left as it is, with a warning."""
-    present = ckpt.success()
-    if present is not None and not is_ours(present):
-        log.warning("%s: a _SUCCESS batchscore did not write is there; left as it is", ckpt.output)
-    elif present is None:
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        ckpt.store.write_text(SUCCESS, success_text(job_name, when))
-
-
-def output_schema(job: Job, carried: pa.Schema, task: Task) -> pa.Schema:
-    """Carried columns (their first shard's types), the task's columns, then `error` if skipping."""
-    fields = [*carried, *task.columns]
-    if job.output.on_error == "skip":
-        fields.append(pa.field("error", pa.string()))
-    return pa.schema(fields)
-
-
-def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, str]:
-    """What every data file's Parquet footer says of how it was made."""
-    return {
-        "batchscore.version": __version__,
-        "batchscore.job": job.name,
-        "batchscore.task": job.model.task,
-        "batchscore.model": str(job.model.name or job.model.path),
-        "batchscore.model_files": claim["parts"]["model_files"],
-        "batchscore.precision": precision,
-        "batchscore.fingerprint": claim["fingerprint"],
-    }
+def judge(job: Job, ckpt: Checkpoint, todo: Pending, failures: list[dict[str, str]]) -> None:
+    """The run's verdict: too many bad rows in the whole job (exit 3), or shards that failed
+    (exit 3, after every other shard committed); otherwise the output is complete."""
+    limit = job.output.max_bad_share
+    too_many = bad_share_error(todo.bad_by_shard, total=todo.total_rows, limit=limit, ckpt=ckpt)
+    if too_many is not None:
+        raise too_many
+    if failures:
+        raise InputDataError(
+            f"{len(failures)} shard(s) failed and were not committed; the other shards "
+            "were. Fix or remove them and run again to retry:\n  "
+            + "\n  ".join(f["error"] for f in failures)
+        )
+    mark_complete(ckpt, job.name)

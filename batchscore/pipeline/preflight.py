@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from batchscore.engines.ray import import_ray
-from batchscore.errors import BatchscoreError, JobError
+from batchscore.errors import BatchscoreError, JobError, WriteError
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.locate import locate
@@ -13,12 +13,19 @@ from batchscore.output.pending import check_where
 from batchscore.pipeline.executor import resolve_device
 from batchscore.pipeline.shards import check_columns, find_shards, open_shard
 from batchscore.precision.table import check_precision
+from batchscore.storage import open_store
 
 
 def preflight(job: Job) -> list[str]:
     """Check inputs, model and device; return findings, or raise `JobError` with every problem."""
     problems: list[str] = []
     facts: list[str] = []
+    try:
+        open_store(job.output.path).check()
+    except WriteError as exc:
+        raise WriteError(f"{job.source}: {exc}") from None  # the machine's problem: exit 6
+    except BatchscoreError as exc:
+        problems.append(str(exc))
     try:
         check_outputs(job)
     except BatchscoreError as exc:
@@ -33,9 +40,9 @@ def preflight(job: Job) -> list[str]:
     for shard in shards:
         try:
             pf = open_shard(shard)
-            check_where(rows_filter, shard, pf.schema_arrow)
             kinds = input_kinds(job.model.task, job.input, job.task)
             check_columns(shard, pf.schema_arrow, job.input.carried, kinds)
+            check_where(rows_filter, shard, pf.schema_arrow)
             rows += pf.metadata.num_rows
         except BatchscoreError as exc:
             problems.append(str(exc))

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from batchscore import faults
-from batchscore.errors import InputDataError
-from batchscore.job.where import RowFilter
+from batchscore.errors import InputDataError, JobError
+from batchscore.job.where import RowFilter, WhereError
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.shards import Shard, open_shard, read_error
 
@@ -66,7 +66,10 @@ def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> It
 def iter_batches(
     pf: pq.ParquetFile, shard: Shard, groups: list[int], columns: tuple[str, ...], size: int
 ) -> Iterator[pa.RecordBatch]:
-    """`ParquetFile.iter_batches`, with a decoding failure named by its shard."""
+    """`ParquetFile.iter_batches`, with a decoding failure named by its shard, and a transient
+    read error retried: the file is opened again and reading resumes where it stopped."""
+    sizes = [pf.metadata.row_group(g).num_rows for g in groups]
+    done, attempt = 0, 1  # rows already yielded; the try of the current read
     batches = pf.iter_batches(batch_size=size, row_groups=groups, columns=list(columns))
     while True:
         try:
@@ -75,7 +78,39 @@ def iter_batches(
         except StopIteration:
             return
         except (OSError, pa.ArrowException) as exc:
-            raise read_error(shard, "cannot decode rows", exc) from exc
+            if not shard.retry.again(exc, attempt, f"{shard.path}: reading rows"):
+                raise read_error(shard, "cannot decode rows", exc) from exc
+            attempt += 1
+            batches = resume(open_shard(shard), groups, sizes, done, columns, size)
+            continue
+        attempt = 1
+        done += batch.num_rows
+        yield batch
+
+
+def resume(
+    pf: pq.ParquetFile,
+    groups: list[int],
+    sizes: list[int],
+    done: int,
+    columns: tuple[str, ...],
+    size: int,
+) -> Iterator[pa.RecordBatch]:
+    """The batches of ``groups`` after their first ``done`` rows."""
+    skip_groups = 0
+    while skip_groups < len(groups) and done >= sizes[skip_groups]:
+        done -= sizes[skip_groups]
+        skip_groups += 1
+    rest = groups[skip_groups:]
+    if not rest:
+        return
+    batches = pf.iter_batches(batch_size=size, row_groups=rest, columns=list(columns))
+    for batch in batches:
+        if done:
+            cut = min(done, batch.num_rows)
+            batch, done = batch.slice(cut), done - cut
+            if not batch.num_rows:
+                continue
         yield batch
 
 
@@ -101,7 +136,14 @@ def read_rows(
     for table in read_windows(chunk, columns, window_rows):
         read, kept = table.num_rows, None
         if row_filter is not None:
-            positions = row_filter.keep(table)
+            try:
+                positions = row_filter.keep(table)
+            except WhereError as exc:
+                raise JobError(
+                    f"[input].where = {row_filter.where!r} cannot be evaluated on "
+                    f"{chunk.shard.path} (rows {offset}-{offset + read}): {exc}; fix the "
+                    "expression (compare columns with values of their own type)"
+                ) from None
             table, kept = table.take(positions), offset + positions
         yield Rows(table, offset, read, kept)
         offset += read

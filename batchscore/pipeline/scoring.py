@@ -79,21 +79,22 @@ def run_window(
     encoded, same_as = window.encoded, window.same_as
     rows_per_unit = window.rows.table.num_rows / max(len(window.units), 1)
     sizes = encoded.lengths + encoded.reserve
-    queue, done, outputs, failed = list(cut), [], [], []
+    queue, done, outputs = list(cut), [], []
+    failed: dict[int, str] = {}  # unit -> why it has no result
+    lost: list[int] = []  # units the model produced nothing for (a stand-in keeps their place)
     while queue:
         batch = queue.pop(0)
         padded = padded_tokens(sizes, [batch])
         try:
             faults.hit("model-batch", tokens=padded)
-            outputs.append(executor.run(lambda batch=batch: task.forward(encoded, batch)))
-            done.append(batch)
-            progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
+            out = executor.run(lambda batch=batch: task.forward(encoded, batch))
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
             executor.release_memory()
             if len(batch) == 1:
-                failed.append(int(batch[0]))
+                failed[int(batch[0])] = "out of memory even as a batch of one row"
+                lost.append(int(batch[0]))
                 progress.advance(rows_per_unit, 0)
                 continue
             # Halve this batch for sure (so the loop always ends), and re-cut what is still
@@ -108,25 +109,37 @@ def run_window(
                 rest = np.concatenate(queue)
                 queue = batches(encoded, rest, budget.max_tokens, max_rows=max_rows, sort=True)
             queue[:0] = [batch[:half], batch[half:]]
-    units = len(encoded.lengths)
+            continue
+        for unit in non_finite(out, batch):
+            failed[unit] = "non-finite output (NaN or inf) from the model"
+        outputs.append(out)
+        done.append(batch)
+        progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
     if same_as is not None and failed:  # a duplicate of a row that failed fails too
-        failed = np.flatnonzero(np.isin(same_as, failed)).tolist()
-    errors = {
-        int(encoded.rows[encoded.owners[u]]): "out of memory even as a batch of one row"
-        for u in failed
-    }
+        failed = {u: failed[int(t)] for u, t in enumerate(same_as) if int(t) in failed}
+    errors: dict[int, str] = {}
+    for unit, why in failed.items():
+        errors.setdefault(int(encoded.rows[encoded.owners[unit]]), why)
     ran = list(done)
-    if failed:
+    if lost:
         if not outputs:  # every unit failed: there is nothing to assemble
             return Outcome(None, errors, ran)
         # a stand-in result keeps every unit in place; its row is nulled and reported
-        outputs.append(np.repeat(outputs[0][:1], len(failed), axis=0))
-        done.append(np.asarray(failed))
+        outputs.append(np.repeat(outputs[0][:1], len(lost), axis=0))
+        done.append(np.asarray(lost))
     empty = np.empty((0,), dtype=np.float32)
-    results = restore(done, outputs, empty, size=units)
+    results = restore(done, outputs, empty, size=len(encoded.lengths))
     if same_as is not None and len(results):
         results = results[same_as]
     return Outcome(results, errors, ran)
+
+
+def non_finite(out: Any, batch: np.ndarray) -> list[int]:
+    """The units of ``batch`` whose numeric output holds NaN or inf (never written as a score)."""
+    if not isinstance(out, np.ndarray) or out.dtype.kind not in "fc" or not len(out):
+        return []  # generated tokens, say: nothing to be non-finite
+    finite = np.isfinite(out.reshape(len(out), -1)).all(axis=1)
+    return [int(u) for u in batch[~finite]]
 
 
 def assemble(

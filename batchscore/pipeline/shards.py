@@ -7,12 +7,11 @@ I/O error that may pass fails the run, to retry later.
 
 from __future__ import annotations
 
-import errno
 import fnmatch
 import glob
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,15 +22,10 @@ from batchscore.errors import BatchscoreError, InputDataError, JobError, Transie
 from batchscore.job.sections import InputConfig
 from batchscore.output.layout import shard_key
 from batchscore.storage.fs import filesystem, is_url, to_url
+from batchscore.storage.retry import Retry, is_transient
 
 log = logging.getLogger("batchscore")
 GLOB_CHARS = set("*?[")
-# Errors that say nothing about the data: retrying later may succeed. pyarrow reports corrupt
-# data as ArrowException or as an OSError without an errno, which is never retried.
-TRANSIENT = {
-    errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED,
-    errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ESTALE, errno.EINTR,
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -42,6 +36,8 @@ class Shard:
     path: str
     size: int
     mtime_ns: int
+    # how transient read errors are retried (and counted) for this run; not part of identity
+    retry: Retry = field(default_factory=Retry, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -83,18 +79,19 @@ def expand(pattern: str) -> list[Path]:
     raise JobError(f"[input].path: {pattern}: no such file or folder")
 
 
-def expand_url(pattern: str) -> dict[str, tuple[int, int]]:
+def expand_url(pattern: str, retry: Retry) -> dict[str, tuple[int, int]]:
     """The shards a URL names (a prefix, a glob or an object), each with its size and mtime."""
     fs, path = filesystem(pattern)
     glob_at = min((path.index(c) for c in GLOB_CHARS if c in path), default=None)
     root = path if glob_at is None else path[:glob_at].rsplit("/", 1)[0]
     try:
-        info = fs.get_file_info(root)
+        info = retry.call(lambda: fs.get_file_info(root), f"[input].path: {pattern}")
         if info.type == pafs.FileType.File and glob_at is None:
             return {to_url(pattern, info.path): (info.size, info.mtime_ns)}
         if info.type == pafs.FileType.NotFound:
             raise JobError(f"[input].path: {pattern}: no such file or folder")
-        infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+        selector = pafs.FileSelector(root, recursive=True)
+        infos = retry.call(lambda: fs.get_file_info(selector), f"[input].path: {pattern}")
     except OSError as exc:
         raise TransientIOError(f"[input].path: {pattern}: cannot list: {exc}; run again") from exc
     found = {}
@@ -110,12 +107,14 @@ def expand_url(pattern: str) -> dict[str, tuple[int, int]]:
     return found
 
 
-def find_shards(inp: InputConfig) -> list[Shard]:
-    """Every shard the job names, in sorted path order, each once."""
+def find_shards(inp: InputConfig, retry: Retry | None = None) -> list[Shard]:
+    """Every shard the job names, in sorted path order, each once; its reads are retried
+    (and counted) by ``retry``."""
+    retry = retry or Retry()
     files: dict[str, tuple[int, int]] = {}
     for pattern in inp.path:
         if is_url(pattern):
-            found = expand_url(pattern)
+            found = expand_url(pattern, retry)
         else:
             found = {}
             for p in expand(pattern):
@@ -124,61 +123,72 @@ def find_shards(inp: InputConfig) -> list[Shard]:
         if not found:
             raise JobError(f"[input].path: {pattern}: matches no Parquet files")
         files.update(found)
-    return [Shard(i, path, *files[path]) for i, path in enumerate(sorted(files))]
-
-
-def is_transient(exc: Exception) -> bool:
-    """An I/O error that says nothing about the data: a local errno, or an object store's
-    network, throttling or server error (pyarrow reports those without an errno)."""
-    if not isinstance(exc, OSError):
-        return False
-    if exc.errno in TRANSIENT:
-        return True
-    text = str(exc)
-    return "AWS Error" in text and not any(s in text for s in STORE_DATA_ERRORS)
-
-
-# object-store errors that a retry will not fix: the shard is gone or may not be read
-STORE_DATA_ERRORS = ("ACCESS_DENIED", "NO_SUCH_KEY", "NO_SUCH_BUCKET", "RESOURCE_NOT_FOUND")
+    return [Shard(i, path, *files[path], retry) for i, path in enumerate(sorted(files))]
 
 
 def read_error(shard: Shard, what: str, exc: Exception) -> BatchscoreError:
-    """Corrupt data fails the shard; an I/O error that may pass fails the run, to retry later."""
+    """Corrupt data fails the shard; an I/O error that may pass, still failing after its
+    retries, fails the run, to run again later."""
     if is_transient(exc):
-        return TransientIOError(f"{shard.path}: {what}: {exc}; run again to retry")
+        tries = shard.retry.attempts
+        return TransientIOError(f"{shard.path}: {what}: {exc} ({tries} tries); run again later")
     return InputDataError(f"{shard.path}: {what}: {exc}")
 
 
 def open_shard(shard: Shard) -> pq.ParquetFile:
     """Open a shard's footer, turning a corrupt file into an error that names it."""
-    try:
+
+    def footer() -> pq.ParquetFile:
         if is_url(shard.path):
             fs, path = filesystem(shard.path)
             return pq.ParquetFile(fs.open_input_file(path))
         return pq.ParquetFile(shard.path)
+
+    try:
+        return shard.retry.call(footer, f"{shard.path}: opening")
     except (OSError, pa.ArrowException) as exc:
         raise read_error(shard, "not a readable Parquet file", exc) from exc
 
 
 def check_columns(
-    shard: Shard, schema: pa.Schema, carried: tuple[str, ...], kinds: dict[str, str]
+    shard: Shard, schema: pa.Schema, needed: tuple[str, ...], kinds: dict[str, str]
 ) -> None:
-    """Fail early, naming shard and column, when a needed column is absent or of the wrong kind.
+    """Fail early, naming shard and column, when a needed column is absent, appears more than
+    once, or is of the wrong kind.
 
-    ``carried`` columns may hold anything; ``kinds`` maps each column a task reads to "text"
-    (a string column) or "numeric" (numbers, or a list of numbers).
+    ``needed`` columns (carried ones, those `where` reads) may hold anything; ``kinds`` maps
+    each column a task reads to "text" (a string column, any layout) or "numeric" (numbers, or
+    a list of numbers).
     """
-    missing = [c for c in dict.fromkeys([*carried, *kinds]) if c not in schema.names]
+    wanted = list(dict.fromkeys([*needed, *kinds]))
+    missing = [c for c in wanted if c not in schema.names]
     if missing:
         raise InputDataError(
             f"{shard.path}: missing column(s) {', '.join(missing)}; "
             f"it has {', '.join(schema.names)}"
         )
+    twice = [c for c in wanted if len(schema.get_all_field_indices(c)) > 1]
+    if twice:
+        count = len(schema.get_all_field_indices(twice[0]))
+        raise InputDataError(
+            f"{shard.path}: column {twice[0]!r} appears {count} times; a column the job reads "
+            "must have one name of its own"
+        )
     for name, kind in kinds.items():
         found = schema.field(name).type
-        check, wanted = KINDS[kind]
+        check, wanted_kind = KINDS[kind]
         if not check(found):
-            raise InputDataError(f"{shard.path}: column {name!r} is {found}, expected {wanted}")
+            raise InputDataError(
+                f"{shard.path}: column {name!r} is {found}, expected {wanted_kind}"
+            )
+
+
+def is_text(kind: pa.DataType) -> bool:
+    """Every Arrow layout of strings: string, large_string, string_view, dictionary-encoded."""
+    if pa.types.is_dictionary(kind):
+        return is_text(kind.value_type)
+    types = pa.types
+    return types.is_string(kind) or types.is_large_string(kind) or types.is_string_view(kind)
 
 
 def is_numeric(kind: pa.DataType) -> bool:
@@ -189,6 +199,6 @@ def is_numeric(kind: pa.DataType) -> bool:
 
 
 KINDS = {
-    "text": (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "a string column"),
+    "text": (is_text, "a string column"),
     "numeric": (is_numeric, "numbers or a list of numbers"),
 }

@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from batchscore.errors import QualityGateError
+from batchscore.errors import BookkeepingError, QualityGateError
 from batchscore.job.sections import Job
 from batchscore.models.tasks import generates
+from batchscore.output.checkpoint import Checkpoint, Damaged
+from batchscore.output.manifest import written_for
 from batchscore.pipeline.executor import resolve_device
 from batchscore.pipeline.scoring import is_out_of_memory
 from batchscore.pipeline.stages import batches, sample_rows
@@ -148,6 +150,32 @@ def settle(
         log.info("max_tokens = auto: %s", decision["batching"]["why"])
     log.info("precision %s: %s", chosen.precision, decision["precision"]["why"])
     return concrete(job, decision), decision, chosen
+
+
+def recorded_decision(ckpt: Checkpoint, job: Job) -> dict[str, Any] | None:
+    """The decision an earlier run recorded for this output (None when the folder is not
+    claimed: an unclaimed folder decided nothing). A damaged record is rebuilt from what the
+    data files' footers prove (the precision every committed file was scored at), or the run
+    stops rather than score the rest at another precision."""
+    if not ckpt.claimed():
+        return None
+    try:
+        return ckpt.settled()
+    except Damaged as damage:
+        files = [r["file"] for r in ckpt.committed().values()]
+        found = {written_for(ckpt.store, f).get("batchscore.precision") for f in files}
+        if len(found) != 1 or None in found:
+            raise BookkeepingError(
+                f"{damage}; the data files do not prove one precision. Run with --restart to "
+                "start over, or point [output].path at a new folder"
+            ) from None
+        why = "recovered from the data files' footers (the recorded decision was damaged)"
+        decision: dict[str, Any] = {"precision": {"precision": found.pop(), "why": why}}
+        if job.batching.max_tokens == "auto":  # only speed depends on it
+            decision["batching"] = {"max_tokens": trial_budget(job), "why": why}
+        log.warning("%s; %s", damage, why)
+        ckpt.settle(decision)
+        return decision
 
 
 def concrete(job: Job, decision: dict[str, Any]) -> Job:

@@ -16,25 +16,27 @@ from batchscore.errors import JobError
 from batchscore.storage.fs import filesystem, is_url, local_path
 from batchscore.storage.local import LocalStore
 from batchscore.storage.objects import ObjectStore
+from batchscore.storage.retry import Retry
 from batchscore.storage.store import Store
 
 
-def object_store(url: str) -> Store:
+def object_store(url: str, retry: Retry) -> Store:
     fs, base = filesystem(url)
-    return ObjectStore(url, fs, base)
+    return ObjectStore(url, fs, base, retry)
 
 
 # URL scheme -> the store for it. Object stores qualify when an object becomes visible whole
 # when its upload completes, and an upload that never completes never becomes visible: the
 # publish step the commit protocol needs.
-STORES: dict[str, Callable[[str], Store]] = {
-    "file": lambda url: LocalStore(local_path(url)),
+STORES: dict[str, Callable[[str, Retry], Store]] = {
+    "file": lambda url, retry: LocalStore(local_path(url)),
     **dict.fromkeys(("s3", "gs", "gcs", "abfs", "abfss", "az"), object_store),
 }
 
 
-def open_store(output: str | Path) -> Store:
-    """The store for an output folder or URL; a URL whose store cannot publish whole is refused."""
+def open_store(output: str | Path, retry: Retry | None = None) -> Store:
+    """The store for an output folder or URL; a URL whose store cannot publish whole is refused.
+    An object store retries transient errors with ``retry`` (which counts them)."""
     text = str(output)
     scheme = urlsplit(text).scheme if is_url(text) else "file"
     if scheme not in STORES:
@@ -43,7 +45,7 @@ def open_store(output: str | Path) -> Store:
             f"before it is complete; use a local folder or one of "
             f"{', '.join(sorted(s + '://' for s in STORES if s != 'file'))}"
         )
-    return STORES[scheme](text)
+    return STORES[scheme](text, retry or Retry())
 
 
 __all__ = ["STORES", "Store", "open_store"]

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from batchscore.errors import write_error
+from batchscore.errors import JobError, WriteError, write_error
 from batchscore.output.layout import LOCK, STAGING
 
 
@@ -66,6 +66,22 @@ class LocalStore:
         self.url = str(root)
         self.staging = root / STAGING
         self.lock_path = root / LOCK
+
+    def check(self) -> None:
+        """A file where the folder goes is the job's mistake (exit 2); a read-only or
+        unwritable place, the machine's (exit 6)."""
+        where = f"[output].path: {self.root}"
+        if self.root.exists() and not self.root.is_dir():
+            raise JobError(f"{where} is a file, not a folder; point it at a folder")
+        existing = self.root
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            raise JobError(f"{where}: {existing} is a file, so the folder cannot be made there")
+        if os.statvfs(existing).f_flag & os.ST_RDONLY:
+            raise WriteError(f"{where}: {existing} is on a read-only file system")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise WriteError(f"{where}: cannot write in {existing}: permission denied")
 
     def where(self, rel: str) -> str:
         return str(self.root / rel)

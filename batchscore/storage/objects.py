@@ -32,6 +32,7 @@ import pyarrow.fs as pafs
 
 from batchscore.errors import WriteError
 from batchscore.storage.fs import to_url
+from batchscore.storage.retry import Retry
 
 
 def local_folder(url: str) -> Path:
@@ -47,14 +48,18 @@ def local_folder(url: str) -> Path:
 class ObjectStore:
     """An output "folder" that is a key prefix in a bucket."""
 
-    def __init__(self, url: str, fs: pafs.FileSystem, base: str) -> None:
-        self.url, self.fs, self.base = url.rstrip("/"), fs, base
+    def __init__(self, url: str, fs: pafs.FileSystem, base: str, retry: Retry) -> None:
+        self.url, self.fs, self.base, self.retry = url.rstrip("/"), fs, base, retry
         local = local_folder(self.url)
         self.staging = local / "tmp"
         self.lock_path = local / "lock"
 
     def key(self, rel: str) -> str:
         return f"{self.base}/{rel}".rstrip("/")
+
+    def check(self) -> None:
+        """Nothing to check without writing: a key that cannot be written fails its first
+        upload with a `WriteError` naming it."""
 
     def where(self, rel: str) -> str:
         return to_url(self.url, self.key(rel))
@@ -63,11 +68,14 @@ class ObjectStore:
         self.staging.mkdir(parents=True, exist_ok=True)  # prefixes need no creating
 
     def read_text(self, rel: str) -> str | None:
-        try:
-            with self.fs.open_input_stream(self.key(rel)) as fh:
-                return fh.read().decode("utf-8")
-        except FileNotFoundError:
-            return None
+        def read() -> str | None:
+            try:
+                with self.fs.open_input_stream(self.key(rel)) as fh:
+                    return fh.read().decode("utf-8")
+            except FileNotFoundError:
+                return None
+
+        return self.retry.call(read, self.where(rel))
 
     def write_json(self, rel: str, data: Any) -> None:
         self.write_text(rel, json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -76,25 +84,31 @@ class ObjectStore:
         self.upload(pa.py_buffer(text.encode()), rel)
 
     def size(self, rel: str) -> int | None:
-        info = self.fs.get_file_info(self.key(rel))
+        info = self.retry.call(lambda: self.fs.get_file_info(self.key(rel)), self.where(rel))
         return info.size if info.type == pafs.FileType.File else None
 
     def open_input(self, rel: str) -> Any:
-        return self.fs.open_input_file(self.key(rel))
+        return self.retry.call(lambda: self.fs.open_input_file(self.key(rel)), self.where(rel))
 
     def tail(self, rel: str, count: int) -> bytes:
-        with self.fs.open_input_file(self.key(rel)) as fh:
-            size = fh.size()
-            return fh.read_at(min(count, size), max(size - count, 0))
+        def read() -> bytes:
+            with self.fs.open_input_file(self.key(rel)) as fh:
+                size = fh.size()
+                return fh.read_at(min(count, size), max(size - count, 0))
+
+        return self.retry.call(read, self.where(rel))
 
     def names(self, rel_dir: str) -> list[str]:
         selector = pafs.FileSelector(self.key(rel_dir), allow_not_found=True)
-        infos = self.fs.get_file_info(selector)
+        infos = self.retry.call(lambda: self.fs.get_file_info(selector), self.where(rel_dir))
         return [i.base_name for i in infos if i.type == pafs.FileType.File]
 
     def delete(self, rel: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.fs.delete_file(self.key(rel))
+        def delete() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.delete_file(self.key(rel))
+
+        self.retry.call(delete, self.where(rel))
 
     def barrier(self, rel_dir: str) -> None:
         """Nothing to wait for: deletes are strongly consistent in S3 (and GCS, Azure)."""
@@ -108,12 +122,17 @@ class ObjectStore:
         local.unlink(missing_ok=True)
 
     def upload(self, buffer: pa.Buffer, rel: str) -> None:
-        """Upload ``buffer`` as the whole object ``rel``, then check what landed."""
+        """Upload ``buffer`` as the whole object ``rel`` (again, whole, after a transient
+        failure: an upload that failed never became visible), then check what landed."""
         key = self.key(rel)
-        stream = self.fs.open_output_stream(key)
-        stream.write(buffer)  # one call: the bytes go out as a whole, or the close fails
-        stream.close()  # completes the upload: the object becomes visible here
-        landed = self.fs.get_file_info(key).size
+
+        def send() -> None:
+            stream = self.fs.open_output_stream(key)
+            stream.write(buffer)  # one call: the bytes go out as a whole, or the close fails
+            stream.close()  # completes the upload: the object becomes visible here
+
+        self.retry.call(send, self.where(rel))
+        landed = self.size(rel)
         if landed != buffer.size:
             self.delete(rel)
             raise WriteError(

@@ -13,6 +13,10 @@ class Store(Protocol):
     staging: Path  # a local folder for temporary files
     lock_path: Path  # the local file whose flock guards the job
 
+    def check(self) -> None:
+        """Refuse, before anything is written, a place the output cannot be written to."""
+        ...
+
     def where(self, rel: str) -> str:
         """The full path or URL of ``rel``, for messages."""
         ...

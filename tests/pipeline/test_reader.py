@@ -112,7 +112,7 @@ def test_corrupt_file_is_named(tmp_path: Path):
 
 
 def test_object_store_errors_are_transient_unless_about_the_data():
-    from batchscore.pipeline.shards import is_transient
+    from batchscore.storage.retry import is_transient
 
     network = "AWS Error NETWORK_CONNECTION during GetObject operation: curlCode: 7"
     assert is_transient(OSError(network))
