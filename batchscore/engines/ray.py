@@ -49,6 +49,8 @@ COUNTERS = (
     "padded_tokens",
     "batches",
     "truncated",
+    "chunked",
+    "windows",
 )
 
 
