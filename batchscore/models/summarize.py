@@ -2,9 +2,11 @@
 
 (A generative `[model].path` makes summaries abstractive instead: see `generate.py`.)
 
-Every sentence of every document in a window is one unit for the sampler, so sentences are
-batched by length across documents. Selection is maximal marginal relevance over centrality
-(similarity to the document's mean sentence), and the chosen sentences keep their original order.
+Sentences are those of the document's prose (`sentences.summary_sentences`: no headings, code
+or link targets). Every sentence of every document in a window is one unit for the sampler, so
+sentences are batched by length across documents. Selection is maximal marginal relevance over
+centrality (similarity to the document's mean sentence), and the chosen sentences keep their
+original order.
 With `[model].long_text = "chunk"` the whole document is ranked (`max_sentences` applies to
 "truncate" only) and a sentence longer than the model's window is embedded whole, from windows.
 """
@@ -22,7 +24,7 @@ from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
 from batchscore.models.embed import Embedder
-from batchscore.models.sentences import split_sentences
+from batchscore.models.sentences import summary_sentences
 from batchscore.pipeline.executor import Executor
 
 
@@ -79,7 +81,7 @@ class SummarizeTask:
         sentences: list[str] = []
         documents: list[int] = []  # sentence -> its document (position in `texts`)
         for position, text in enumerate(texts):
-            parts = split_sentences(text)
+            parts = summary_sentences(text)
             if not self.whole:
                 parts = parts[: self.options.max_sentences]
             sentences += parts
