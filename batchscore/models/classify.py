@@ -77,7 +77,8 @@ class ClassifyTask:
             return self.encoder.tokens(texts, chunk=self.chunk).encoded(rows, errors)
         firsts, seconds, rows, errors = pair_rows(table, *self.inputs)
         tokens = self.encoder.pairs(firsts, seconds, chunk=self.chunk)
-        tokens.errors = {t: f"columns {self.inputs}: {m}" for t, m in tokens.errors.items()}
+        named = f"columns {self.inputs[0]!r} and {self.inputs[1]!r}"
+        tokens.errors = {t: f"{named}: {m}" for t, m in tokens.errors.items()}
         if not self.encoder.types:  # a model without segment embeddings (RoBERTa, say)
             tokens.type_ids = None
         return tokens.encoded(rows, errors)
