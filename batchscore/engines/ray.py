@@ -50,6 +50,8 @@ COUNTERS = (
     "batches",
     "truncated",
     "retries",
+    "chunked",
+    "windows",
 )
 
 

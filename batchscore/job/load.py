@@ -150,8 +150,22 @@ def task_problems(
     """Checks between a task's own section and the others (prompt columns, features, budget)."""
     problems = []
     where = f"[{model.task}]"
-    if model.task in ("classify", "generate", "tensor") and not model.path:
-        problems.append(f"[model].path: task {model.task} needs a local model; no built-in does")
+    if model.task == "tensor" and not model.path:
+        problems.append("[model].path: task tensor needs a local model file")
+    elif model.task in ("classify", "generate") and not model.path and model.name == DEFAULT_MODEL:
+        problems.append(
+            f"[model].path: task {model.task} needs its own model (a local path, or a Hugging "
+            f"Face id in [model].name); the built-in {DEFAULT_MODEL} is an encoder"
+        )
+    if inp.text_pair is not None and model.task != "classify":
+        problems.append(
+            f"[input].text_pair: task {model.task} reads one text; classify reads pairs"
+        )
+    if model.long_text == "chunk" and model.task in ("generate", "tensor"):
+        problems.append(
+            f'[model].long_text: "chunk" reads long texts in windows for embed, classify and '
+            f"extractive summarize; task {model.task} has no windows to pool"
+        )
     if isinstance(options, GenerateConfig | SummarizeConfig):
         problem = template_problem(options.prompt)
         if problem:
@@ -190,6 +204,11 @@ def check_model(model: ModelConfig, base: Path, source: Path, problems: list[str
         )
     if model.name and model.path:
         problems.append(f"{source}: [model]: set name or path, not both")
+    if model.revision is not None and not model.name:
+        problems.append(
+            f"{source}: [model].revision: a revision of a Hugging Face id in [model].name; "
+            + ("a local [model].path has none" if model.path else "[model].name is not set")
+        )
     name, path = model.name, model.path
     if path:
         path = resolve(base, path)

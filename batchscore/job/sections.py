@@ -27,6 +27,7 @@ class InputConfig:
     id: str | None = None
     keep: tuple[str, ...] = ()
     where: str | None = None  # a SQL predicate over input columns; rows it rejects are skipped
+    text_pair: str | None = None  # classify: a second text column, read with `text` as a pair
 
     @property
     def carried(self) -> tuple[str, ...]:
@@ -39,14 +40,16 @@ class ModelConfig:
     """What to run and how: the model, its precision, device and truncation."""
 
     task: Task
-    name: str | None = None
+    name: str | None = None  # a built-in, or a Hugging Face id found in the local cache
     path: str | None = None
+    revision: str | None = None  # of a Hugging Face id: a branch, tag or commit in the cache
     precision: Precision = "fp32"
     device: str = "auto"
     max_length: int | None = field(default=None, metadata={"min": 1})
     threads: int | None = field(default=None, metadata={"min": 1})
     trust_remote_code: bool = False
     allow_pickle: bool = False
+    long_text: Literal["truncate", "chunk"] = "truncate"  # chunk: windows over the whole text
 
 
 @dataclass(frozen=True)
@@ -87,9 +90,15 @@ class QualityConfig:
 
 @dataclass(frozen=True)
 class EmbedConfig:
-    """[embed]: the embedding task's options."""
+    """[embed]: the embedding task's options.
+
+    ``normalize`` L2-normalises vectors the model's own stack leaves unnormalised (a stack that
+    ends in Normalize is always normalised); ``prompt_name`` picks one of the model's prompts
+    (default: the one its sentence-transformers config names, if any).
+    """
 
     normalize: bool = True
+    prompt_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ class Encoded:
     ``u``'s token count and ``owners[u]`` the index into ``rows`` of the row it belongs to.
     ``rows`` are the window rows that encoded; every other row is in ``errors`` (window row ->
     message) and gets no output. ``reserve`` is how many tokens each unit grows by while it is
-    scored (generated tokens), which the batch budget must also hold.
+    scored (generated tokens), which the batch budget must also hold. ``type_ids`` are a text
+    pair's segments, per unit. ``chunked`` counts the texts cut into windows (several units for
+    one text, with `[model].long_text = "chunk"`) and ``windows`` those texts' units.
     """
 
     lengths: np.ndarray
@@ -38,6 +40,9 @@ class Encoded:
     truncated: int = 0
     reserve: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    type_ids: list[np.ndarray] | None = None
+    chunked: int = 0
+    windows: int = 0
 
 
 class Task(Protocol):
@@ -104,3 +109,14 @@ def text_rows(table: pa.Table, column: str) -> tuple[list[str], np.ndarray, dict
     values, errors = text_values(table.column(column), column)
     rows = [i for i in range(len(values)) if i not in errors]
     return [values[i] for i in rows], np.asarray(rows, dtype=np.int64), errors
+
+
+def pair_rows(
+    table: pa.Table, column: str, pair: str
+) -> tuple[list[str], list[str], np.ndarray, dict[int, str]]:
+    """Like `text_rows`, for rows read as a pair of texts: both must hold text."""
+    firsts, errors = text_values(table.column(column), column)
+    seconds, pair_errors = text_values(table.column(pair), pair)
+    errors = {**pair_errors, **errors}
+    rows = [i for i in range(table.num_rows) if i not in errors]
+    return [firsts[i] for i in rows], [seconds[i] for i in rows], np.asarray(rows, np.int64), errors

@@ -2,6 +2,9 @@
 
 Probabilities are the softmax of the logits, or per-label sigmoids for a model whose config says
 ``problem_type = "multi_label_classification"``; labels are the model's own ``id2label`` names.
+With `[input].text_pair`, each row is read as a pair of texts, as cross-encoders and NLI models
+are trained to read them (with their segment ids). With `[model].long_text = "chunk"`, a long
+text (a pair's second text) is read in windows and its probabilities are the windows' mean.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Encoded, text_rows
+from batchscore.models.base import Encoded, pair_rows, text_rows
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.locate import load_pretrained
 from batchscore.models.text import TextEncoder
+from batchscore.models.windows import mean_by_owner
 from batchscore.pipeline.executor import Executor
 
 
@@ -42,7 +46,7 @@ class ClassifyTask:
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
-        return {inp.text: "text"}
+        return {inp.text: "text", **({inp.text_pair: "text"} if inp.text_pair else {})}
 
     @staticmethod
     def output_names(options: ClassifyConfig) -> tuple[str, ...]:
@@ -64,26 +68,41 @@ class ClassifyTask:
         self.labels = np.array([config.id2label[i] for i in range(config.num_labels)], object)
         self.multi_label = config.problem_type == "multi_label_classification"
         self.all_scores = options.all_scores
-        self.inputs = (inp.text,)
+        self.chunk = model.long_text == "chunk"
+        self.inputs = (inp.text, inp.text_pair) if inp.text_pair else (inp.text,)
         self.columns = [pa.field("label", pa.string()), pa.field("score", pa.float32())]
         if self.all_scores:
             self.columns.append(pa.field("scores", pa.list_(pa.float32(), len(self.labels))))
 
     def encode(self, table: pa.Table) -> Encoded:
-        return self.encoder.encode_rows(*text_rows(table, self.inputs[0]))
+        """One unit per row (a pair's joint tokens, which the sampler buckets by), or windows."""
+        if len(self.inputs) == 1:
+            texts, rows, errors = text_rows(table, self.inputs[0])
+            return self.encoder.tokens(texts, chunk=self.chunk).encoded(rows, errors)
+        firsts, seconds, rows, errors = pair_rows(table, *self.inputs)
+        tokens = self.encoder.pairs(firsts, seconds, chunk=self.chunk)
+        named = f"columns {self.inputs[0]!r} and {self.inputs[1]!r}"
+        tokens.errors = {t: f"{named}: {m}" for t, m in tokens.errors.items()}
+        if not self.encoder.types:  # a model without segment embeddings (RoBERTa, say)
+            tokens.type_ids = None
+        return tokens.encoded(rows, errors)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
-        """Probabilities [rows, labels], float32 on the host; padding is masked out."""
+        """Probabilities [units, labels], float32 on the host; padding is masked out."""
         input_ids, mask = self.encoder.collate([encoded.ids[i] for i in batch])
-        logits = self.model(
-            input_ids=self.executor.tensor(input_ids),
-            attention_mask=self.executor.tensor(mask),
-        ).logits.float()
+        inputs = {"input_ids": input_ids, "attention_mask": mask}
+        if encoded.type_ids is not None:
+            types = [encoded.type_ids[i] for i in batch]
+            inputs["token_type_ids"] = self.encoder.collate_types(types, mask)
+        logits = self.model(**{k: self.executor.tensor(v) for k, v in inputs.items()}).logits
+        logits = logits.float()
         probs = logits.sigmoid() if self.multi_label else logits.softmax(dim=-1)
         return probs.cpu().numpy()  # the device-to-host copy: a sync point on CUDA
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
-        probs = results.reshape(len(encoded.rows), len(self.labels)).astype(np.float32)
+        probs = results.reshape(len(encoded.owners), len(self.labels)).astype(np.float32)
+        if len(encoded.owners) != len(encoded.rows):  # a long text's windows: their mean
+            probs = mean_by_owner(probs, encoded.owners, len(encoded.rows))
         best = probs.argmax(axis=1)
         columns = {
             "label": pa.array(self.labels[best], type=pa.string()),

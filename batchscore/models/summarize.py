@@ -2,9 +2,13 @@
 
 (A generative `[model].path` makes summaries abstractive instead: see `generate.py`.)
 
-Every sentence of every document in a window is one unit for the sampler, so sentences are
-batched by length across documents. Selection is maximal marginal relevance over centrality
-(similarity to the document's mean sentence), and the chosen sentences keep their original order.
+Sentences are those of the document's prose (`sentences.summary_sentences`: no headings, code
+or link targets). Every sentence of every document in a window is one unit for the sampler, so
+sentences are batched by length across documents. Selection is maximal marginal relevance over
+centrality (similarity to the document's mean sentence), and the chosen sentences keep their
+original order.
+With `[model].long_text = "chunk"` the whole document is ranked (`max_sentences` applies to
+"truncate" only) and a sentence longer than the model's window is embedded whole, from windows.
 """
 
 from __future__ import annotations
@@ -20,17 +24,21 @@ from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
 from batchscore.models.embed import Embedder
 from batchscore.models.prompt import Prompt
-from batchscore.models.sentences import split_sentences
+from batchscore.models.sentences import summary_sentences
 from batchscore.pipeline.executor import Executor
 
 
 def select_sentences(vectors: np.ndarray, k: int, diversity: float) -> list[int]:
-    """Indices (ascending) of the k sentences to keep, from unit-length sentence vectors."""
+    """Indices (ascending) of the k sentences to keep, from unit-length sentence vectors.
+
+    Never forms the sentences' similarity matrix: centrality is each sentence's similarity to
+    the mean sentence, and redundancy grows one chosen row at a time, so a whole long document
+    costs memory in proportion to its sentences, not their square.
+    """
     n = len(vectors)
     if n <= k:
         return list(range(n))
-    similarity = vectors @ vectors.T
-    centrality = similarity.mean(axis=1)
+    centrality = vectors @ vectors.mean(axis=0)
     redundancy = np.zeros(n, dtype=np.float32)
     chosen: list[int] = []
     for _ in range(k):
@@ -38,7 +46,7 @@ def select_sentences(vectors: np.ndarray, k: int, diversity: float) -> list[int]
         score[chosen] = -np.inf
         pick = int(np.argmax(score))
         chosen.append(pick)
-        redundancy = np.maximum(redundancy, similarity[pick])
+        redundancy = np.maximum(redundancy, vectors @ vectors[pick])
     return sorted(chosen)
 
 
@@ -67,33 +75,41 @@ class SummarizeTask:
     ) -> None:
         self.embedder = Embedder(path, model, executor, normalize=True)
         self.options = options
+        self.whole = model.long_text == "chunk"
         self.inputs = (inp.text,)
         self.columns = [pa.field("summary", pa.string())]
 
     def encode(self, table: pa.Table) -> Encoded:
+        """Units are sentences (or a long sentence's windows); each unit's owner is its row."""
         texts, rows, errors = text_rows(table, self.inputs[0])
         sentences: list[str] = []
-        owners: list[int] = []
+        documents: list[int] = []  # sentence -> its document (position in `texts`)
         for position, text in enumerate(texts):
-            parts = split_sentences(text)[: self.options.max_sentences]
+            parts = summary_sentences(text)
+            if not self.whole:
+                parts = parts[: self.options.max_sentences]
             sentences += parts
-            owners += [position] * len(parts)
-        ids, truncated = self.embedder.encoder.encode(sentences)
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        owners_array = np.asarray(owners, dtype=np.int64)
-        return Encoded(
-            lengths, owners_array, rows, errors, ids, truncated, extra={"sentences": sentences}
-        )
+            documents += [position] * len(parts)
+        tokens = self.embedder.tokens(sentences)
+        encoded = tokens.encoded(rows, errors)
+        encoded.owners = np.asarray(documents, dtype=np.int64)[tokens.owners]
+        encoded.extra = {"sentences": sentences, "sentence_of": tokens.owners,
+                         "documents": np.asarray(documents, dtype=np.int64)}  # fmt: skip
+        return encoded
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.embedder.forward([encoded.ids[i] for i in batch])
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         sentences, k = encoded.extra["sentences"], self.options.sentences
-        bounds = np.searchsorted(encoded.owners, np.arange(len(encoded.rows) + 1))
+        vectors = self.embedder.combine(
+            results, encoded.extra["sentence_of"], len(sentences), encoded.lengths
+        )
+        documents = encoded.extra["documents"]
+        bounds = np.searchsorted(documents, np.arange(len(encoded.rows) + 1))
         summaries = []
         for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            keep = select_sentences(results[start:stop], k, self.options.diversity)
+            keep = select_sentences(vectors[start:stop], k, self.options.diversity)
             summaries.append(" ".join(sentences[start + i] for i in keep))
         return {"summary": pa.array(summaries, type=pa.string())}
 

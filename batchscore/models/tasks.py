@@ -6,6 +6,7 @@ abstractive over a generative model, told apart by the model's config, never by 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import InputConfig, Job, ModelConfig
 from batchscore.models.base import Task
 from batchscore.models.classify import ClassifyTask
-from batchscore.models.embed import EmbedTask
+from batchscore.models.embed import EmbedTask, check_encoder_files
 from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask, is_generative
 from batchscore.models.locate import check_model_files
+from batchscore.models.stack import read_stack
 from batchscore.models.summarize import SummarizeTask
 from batchscore.models.tensor import TensorTask, check_tensor_model
 from batchscore.pipeline.executor import Executor
@@ -53,8 +55,36 @@ def check_model(task: str, path: Path, *, options: Any, allow_pickle: bool = Fal
     """Check the model's files are there and in a loadable format, without loading weights."""
     if task == "tensor":
         check_tensor_model(path, options)
+    elif task in ("embed", "summarize") and path.is_dir():  # an encoder's whole stack
+        prompt = getattr(options, "prompt_name", None)
+        check_encoder_files(path, prompt_name=prompt, allow_pickle=allow_pickle)
     else:
         check_model_files(path, allow_pickle)
+
+
+def task_options(options: Any) -> dict[str, Any]:
+    """The task section as the fingerprint records it: a prompt by its text (`model_parts`),
+    not its name."""
+    return {k: v for k, v in dataclasses.asdict(options).items() if k != "prompt_name"}
+
+
+def model_parts(model: ModelConfig, path: Path, options: Any) -> dict[str, Any]:
+    """What decides the output besides the model's files: the revision, how long texts are
+    read, an encoder's stack and prompt. Each is recorded only when it is there (a stack only
+    when it is more than one pooling and a Normalize), so outputs made before batchscore read
+    them still resume."""
+    parts: dict[str, Any] = {}
+    if model.revision is not None:
+        parts["revision"] = model.revision
+    if model.long_text != "truncate":
+        parts["long_text"] = model.long_text
+    if model.task in ("embed", "summarize") and path.is_dir() and not generates(model, path):
+        stack = read_stack(path)
+        if not stack.plain or (stack.normalize and not getattr(options, "normalize", True)):
+            parts["stack"] = stack.describe()
+        if prompt := stack.prompt(getattr(options, "prompt_name", None)):
+            parts["prompt"] = prompt
+    return parts
 
 
 def generates(model: ModelConfig, path: Path) -> bool:
@@ -70,6 +100,11 @@ def load_task(
     """Build the adapter for the job's task around the model at ``path``."""
     if model.task == "summarize":
         if is_generative(path, model.trust_remote_code):
+            if model.long_text == "chunk":
+                raise ModelError(
+                    f'[model].long_text: "chunk" windows the texts of an encoder; {path} '
+                    "generates its summaries, from the start of each text"
+                )
             return AbstractiveSummarizeTask(
                 path, model=model, options=options, inp=inp, executor=executor
             )

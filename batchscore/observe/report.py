@@ -19,6 +19,8 @@ class RunStats:
     padded_tokens: int = 0
     batches: int = 0
     truncated: int = 0
+    chunked: int = 0  # long texts read whole, in windows ([model].long_text = "chunk")
+    windows: int = 0  # the windows those texts were scored as
     bad_rows: int = 0
     filtered: int = 0  # input rows `[input].where` dropped, in the chunks committed
     chunks_pending: int = 0  # chunks this run set out to score
@@ -79,6 +81,11 @@ def summary(report: dict[str, Any]) -> str:
             *(
                 [f"  filtered: {report['filtered']:,} input rows dropped by [input].where"]
                 if report.get("filtered")
+                else []
+            ),
+            *(
+                [f"  long texts: {report['chunked']:,} read whole as {report['windows']:,} windows"]
+                if report.get("chunked")
                 else []
             ),
             *([f"  int8: {report['int8']}"] if report.get("int8") else []),

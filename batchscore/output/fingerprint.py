@@ -6,14 +6,13 @@ it is refused (`batchscore.output.claim`) and told which parts changed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from batchscore.job.sections import Job
 from batchscore.models.locate import model_identity
-from batchscore.models.tasks import input_kinds
+from batchscore.models.tasks import input_kinds, model_parts, task_options
 from batchscore.output.claim import Identity
 
 
@@ -21,7 +20,7 @@ def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
     """Everything that decides the output; a change means committed chunks no longer match."""
     return {
         "task": job.model.task,
-        "task_options": dataclasses.asdict(job.task),
+        "task_options": task_options(job.task),
         "model": job.model.name or job.model.path,
         "model_files": model_identity(model_path),
         "precision": job.model.precision,
@@ -35,6 +34,7 @@ def fingerprint_parts(job: Job, model_path: Path) -> dict[str, Any]:
         "chunk_rows": job.output.chunk_rows,
         # only when set, so outputs made before the key existed still resume
         **({"where": job.input.where} if job.input.where is not None else {}),
+        **model_parts(job.model, model_path, job.task),
     }
 
 

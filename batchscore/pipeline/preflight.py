@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from batchscore.engines.ray import import_ray
-from batchscore.errors import BatchscoreError, JobError, WriteError
+from batchscore.errors import BatchscoreError, JobError, ModelError, WriteError
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.locate import locate
-from batchscore.models.tasks import check_model, check_outputs, input_kinds
+from batchscore.models.tasks import check_model, check_outputs, generates, input_kinds
 from batchscore.output.pending import check_where
 from batchscore.pipeline.executor import resolve_device
 from batchscore.pipeline.shards import check_columns, find_shards, open_shard
@@ -17,8 +17,10 @@ from batchscore.storage import open_store
 
 
 def preflight(job: Job) -> list[str]:
-    """Check inputs, model and device; return findings, or raise `JobError` with every problem."""
+    """Check inputs, model and device; return findings, or raise an error naming every problem:
+    `ModelError` (exit 4) when only the model is at fault, else `JobError` (exit 2)."""
     problems: list[str] = []
+    model_problems: list[str] = []
     facts: list[str] = []
     try:
         open_store(job.output.path).check()
@@ -51,7 +53,13 @@ def preflight(job: Job) -> list[str]:
     try:
         path = locate(job.model)
         check_model(job.model.task, path, options=job.task, allow_pickle=job.model.allow_pickle)
+        if job.model.long_text == "chunk" and generates(job.model, path):
+            raise ModelError(
+                f'[model].long_text: "chunk" windows the texts of an encoder; {path} generates'
+            )
         facts.append(f"model: {job.model.name} at {path}" if job.model.name else f"model: {path}")
+    except ModelError as exc:
+        model_problems.append(str(exc))
     except BatchscoreError as exc:
         problems.append(str(exc))
     try:
@@ -66,5 +74,7 @@ def preflight(job: Job) -> list[str]:
         except BatchscoreError as exc:
             problems.append(str(exc))
     if problems:
-        raise JobError([f"{job.source}: {p}" for p in problems])
+        raise JobError([f"{job.source}: {p}" for p in problems + model_problems])
+    if model_problems:
+        raise ModelError("\n".join(f"{job.source}: {p}" for p in model_problems))
     return facts

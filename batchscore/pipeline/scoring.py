@@ -188,6 +188,8 @@ def count(stats: RunStats, window: Window, ran: list[np.ndarray]) -> None:
     stats.padded_tokens += padded_tokens(encoded.lengths, ran)
     stats.batches += len(ran)
     stats.truncated += encoded.truncated
+    stats.chunked += encoded.chunked
+    stats.windows += encoded.windows
 
 
 class Scorer:

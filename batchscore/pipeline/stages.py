@@ -84,7 +84,10 @@ def distinct(encoded: Encoded) -> tuple[np.ndarray, np.ndarray | None]:
     units = np.arange(len(encoded.lengths))
     if encoded.ids is None:
         return units, None
-    first, same_as = first_of_each([ids.tobytes() for ids in encoded.ids])
+    keys = [ids.tobytes() for ids in encoded.ids]
+    if encoded.type_ids is not None:  # a pair split elsewhere is another input
+        keys = [key + types.tobytes() for key, types in zip(keys, encoded.type_ids, strict=True)]
+    first, same_as = first_of_each(keys)
     return (first, same_as) if len(first) < len(units) else (units, None)
 
 

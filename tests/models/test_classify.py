@@ -107,5 +107,5 @@ def test_a_bare_encoder_is_not_taken_for_a_classifier(minilm_path, tmp_path):
         make_task(minilm_path)  # transformers would bolt on a randomly initialised head
     path = write_job(tmp_path / "c.toml", input={"path": "in"}, model={"task": "classify"},
                      output={"path": "out"})  # fmt: skip
-    with pytest.raises(JobError, match=r"\[model\].path: task classify needs a local model"):
+    with pytest.raises(JobError, match=r"\[model\].path: task classify needs its own model"):
         load_job(path)

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
-from batchscore.models.embed import EmbedTask, pool, pooling_mode
+from batchscore.models.embed import EmbedTask
+from batchscore.models.pooling import pool
+from batchscore.models.stack import read_stack
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import form_batches, restore
 
@@ -48,16 +50,18 @@ def test_batched_embeddings_match_row_alone_reference(task, small_corpus, minilm
     with torch.inference_mode():
         outputs = [task.forward(encoded, b) for b in batches]
     results = restore(batches, outputs, np.empty(0))
-    expected = reference(minilm_path, texts)
-    cosine = (results * expected).sum(axis=1)
-    assert cosine.min() >= 0.9999
     column = task.finish(encoded, results)["embedding"]
     assert column.type == pa.list_(pa.float32(), 384) and len(column) == len(texts)
-    assert np.allclose(np.array(column.to_pylist()), results)
+    vectors = np.array(column.to_pylist())
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    cosine = (vectors * reference(minilm_path, texts)).sum(axis=1)
+    assert cosine.min() >= 0.9999
 
 
-def test_minilm_prescribes_mean_pooling(minilm_path):
-    assert pooling_mode(minilm_path) == "mean"
+def test_minilm_prescribes_mean_pooling_then_normalize(minilm_path):
+    stack = read_stack(minilm_path)
+    assert stack.modes == ("mean",) and stack.head == ("normalize",) and stack.plain
+    assert stack.encoder == minilm_path and stack.prompt(None) == ""
 
 
 def test_pooling_ignores_padding():
@@ -66,7 +70,11 @@ def test_pooling_ignores_padding():
     assert pool(hidden, mask, "mean").tolist() == [[2.0, 3.0]]
     assert pool(hidden, mask, "max").tolist() == [[3.0, 4.0]]
     assert pool(hidden, mask, "cls").tolist() == [[1.0, 2.0]]
-    assert pool(hidden, mask, "last").tolist() == [[3.0, 4.0]]
+    assert pool(hidden, mask, "lasttoken").tolist() == [[3.0, 4.0]]
+    weighted = pool(hidden, mask, "weightedmean")  # positions 1 and 2 weigh 1 and 2
+    assert torch.allclose(weighted, torch.tensor([[(1 + 6) / 3, (2 + 8) / 3]]))
+    assert pool(hidden, mask, ("cls", "max")).tolist() == [[1.0, 2.0, 3.0, 4.0]]
+    assert pool(hidden, mask, "mean", skip=1).tolist() == [[3.0, 4.0]]  # a prompt left out
 
 
 def test_truncation_is_counted(task):

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from batchscore.models.embed import pool
+from batchscore.models.pooling import pool
 from batchscore.models.text import TextEncoder
 from batchscore.pipeline.sampler import form_batches
 from batchscore.precision.int8 import quantize_int8

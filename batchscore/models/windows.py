@@ -1,0 +1,60 @@
+"""Long texts whole (`[model].long_text = "chunk"`): token windows, and their results met again.
+
+A text longer than the model's window is cut into windows of the window's size (special tokens
+included), each starting with the last eighth of the one before (`overlap`), so no token is
+read without some context on its left, for about 14% more tokens than the text holds. Each
+window is one unit for the sampler: a long text becomes many full-length units, which pad
+perfectly next to each other. Pure functions over token ids and arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+OVERLAP = 8  # windows share 1/OVERLAP of the model's window with the window before
+
+
+def overlap(max_length: int) -> int:
+    """Tokens a window repeats from the one before it, for a model window of ``max_length``."""
+    return max_length // OVERLAP
+
+
+def cut(content: np.ndarray, *, size: int, overlap: int, head: int = 0) -> list[np.ndarray]:
+    """``content`` (token ids without special tokens) as windows of at most ``size`` tokens.
+
+    The first ``head`` tokens (a prompt) lead every window; the rest is cut into pieces that
+    each repeat the last ``overlap`` tokens of the piece before. Content that fits is one
+    window, itself. Every token is in some window, in order.
+    """
+    if len(content) <= size:
+        return [content]
+    lead, body = content[:head], content[head:]
+    room = size - head
+    if room <= overlap:
+        raise ValueError(f"a window of {size} tokens cannot hold a {head}-token prompt")
+    step, starts = room - overlap, [0]
+    while starts[-1] + room < len(body):
+        starts.append(starts[-1] + step)
+    return [np.concatenate([lead, body[s : s + room]]) for s in starts]
+
+
+def mean_by_owner(
+    values: np.ndarray, owners: np.ndarray, count: int, weights: np.ndarray | None = None
+) -> np.ndarray:
+    """Per owner (0 .. count-1), the mean of its units' rows in ``values``, weighted if given.
+
+    An owner with one unit gets that unit's row unchanged (bit for bit), so texts that fit one
+    window come out exactly as they would without windows.
+    """
+    units = np.bincount(owners, minlength=count)
+    if len(owners) == count and (units == 1).all():
+        return values[np.argsort(owners, kind="stable")]
+    w = np.ones(len(owners)) if weights is None else np.asarray(weights, dtype=np.float64)
+    flat = values.reshape(len(values), -1).astype(np.float64)
+    total = np.zeros((count, flat.shape[1]))
+    np.add.at(total, owners, flat * w[:, None])
+    mean = (total / np.bincount(owners, weights=w, minlength=count)[:, None]).astype(values.dtype)
+    present, first = np.unique(owners, return_index=True)
+    single = units[present] == 1
+    mean[present[single]] = flat[first[single]].astype(values.dtype)
+    return mean.reshape(count, *values.shape[1:])

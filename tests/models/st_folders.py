@@ -1,0 +1,139 @@
+"""sentence-transformers folders saved by sentence-transformers itself, and the hub's older layout.
+
+`save_st` has the installed sentence-transformers build and save a stack, so the folder is exactly
+what users' tools write today; `to_hub_layout` rewrites one the way models on the hub were saved
+by sentence-transformers 2.x (old class paths, `pooling_mode_*_tokens` flags, the Transformer in
+`0_Transformer/`, Dense weights as `pytorch_model.bin`), which sentence-transformers still loads.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tests.models import tiny
+
+LEGACY = "sentence_transformers.models."
+POOLING_FLAGS = {
+    "cls": "pooling_mode_cls_token",
+    "max": "pooling_mode_max_tokens",
+    "mean": "pooling_mode_mean_tokens",
+    "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
+}
+
+
+def tiny_bert(folder: Path, tokenizer_from: Path | None, texts: list[str] = ()) -> Path:
+    """A 2-layer BERT encoder with random weights: MiniLM's WordPiece tokenizer, or (without
+    ``tokenizer_from``) a cased byte-level BPE trained on ``texts``."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    if tokenizer_from is not None:
+        AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(folder)
+        vocab = 30522
+    else:
+        tok = tiny.bpe(list(texts), ["<s>", "<pad>", "</s>", "<unk>"], "<s> $A </s>")
+        tiny.save_tokenizer(tok, folder, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                            unk_token="<unk>")  # fmt: skip
+        vocab = tok.get_vocab_size()
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, initializer_range=0.3,
+                        pad_token_id=1 if tokenizer_from is None else 0)  # fmt: skip
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
+def save_st(
+    folder: Path,
+    encoder: Path,
+    *,
+    modes: str | tuple[str, ...] = "mean",
+    dense: list[tuple[int, str, bool]] = (),
+    normalize: bool = False,
+    include_prompt: bool = True,
+    prompts: dict[str, str] | None = None,
+    default_prompt: str | None = None,
+    max_seq_length: int | None = None,
+) -> Path:
+    """Build a SentenceTransformer from modules and ``save()`` it; ``dense`` lists (outputs,
+    activation class name, residual) per Dense layer."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import (
+        Dense,
+        Normalize,
+        Pooling,
+        Transformer,
+    )
+
+    transformer = Transformer(str(encoder), max_seq_length=max_seq_length)
+    width = transformer.get_embedding_dimension()
+    modules: list[Any] = [transformer, Pooling(width, pooling_mode=modes,
+                                               include_prompt=include_prompt)]  # fmt: skip
+    width *= 1 if isinstance(modes, str) else len(modes)
+    torch.manual_seed(1)
+    for out, activation, residual in dense:
+        modules.append(Dense(width, out, activation_function=getattr(torch.nn, activation)(),
+                             use_residual=residual))  # fmt: skip
+        width = out
+    if normalize:
+        modules.append(Normalize())
+    model = SentenceTransformer(modules=modules, prompts=prompts,
+                                default_prompt_name=default_prompt, device="cpu")  # fmt: skip
+    model.save(str(folder))
+    return folder
+
+
+def st_encode(folder: Path, texts: list[str], **options: Any) -> np.ndarray:
+    """The reference: sentence-transformers' own ``encode`` of the folder (fp32, CPU)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu")
+    return model.encode(texts, batch_size=16, convert_to_numpy=True, **options)
+
+
+def to_hub_layout(source: Path, folder: Path, *, lowercase: bool = False) -> Path:
+    """A copy of an ST 6 folder laid out as sentence-transformers 2.x saved hub models."""
+    shutil.copytree(source, folder)
+    modules = json.loads((folder / "modules.json").read_text())
+    inner = folder / "0_Transformer"
+    inner.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (folder / name).rename(inner / name)
+    max_length = json.loads((inner / "tokenizer_config.json").read_text())["model_max_length"]
+    (folder / "sentence_bert_config.json").unlink()
+    (inner / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": max_length, "do_lower_case": lowercase})
+    )
+    for module in modules:
+        kind = module["type"].rsplit(".", 1)[-1]
+        module["type"] = LEGACY + kind
+        config_file = folder / module["path"] / "config.json"
+        if kind == "Transformer":
+            module["path"] = "0_Transformer"
+        elif kind == "Pooling":
+            config = json.loads(config_file.read_text())
+            modes = config.pop("pooling_mode")
+            modes = [modes] if isinstance(modes, str) else modes
+            legacy = {"word_embedding_dimension": config.pop("embedding_dimension")}
+            legacy |= {flag: mode in modes for mode, flag in POOLING_FLAGS.items()}
+            config_file.write_text(json.dumps({**legacy, **config}))
+        elif kind == "Dense":
+            from safetensors.torch import load_file
+
+            weights = folder / module["path"] / "model.safetensors"
+            torch.save(load_file(str(weights)), weights.with_name("pytorch_model.bin"))
+            weights.unlink()
+            config = json.loads(config_file.read_text())
+            config.pop("module_input_name"), config.pop("module_output_name")
+            config_file.write_text(json.dumps(config))
+        elif kind == "Normalize":
+            shutil.rmtree(folder / module["path"], ignore_errors=True)  # the hub's have none
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+    return folder

@@ -1,0 +1,156 @@
+"""Hugging Face ids, resolved offline from a cache laid out exactly as huggingface_hub writes it
+(``models--org--name/blobs``, ``snapshots/<commit>/`` links, ``refs/<branch>``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from batchscore.cli import main
+from batchscore.errors import JobError, ModelError
+from batchscore.job.load import load_job
+from batchscore.job.sections import ModelConfig
+from batchscore.models.hub import hub_cache
+from batchscore.models.locate import locate
+from batchscore.output.fingerprint import fingerprint_parts
+from batchscore.pipeline.driver import run_job
+from tests.conftest import read_output, write_job
+from tests.models.st_folders import save_st, tiny_bert
+
+OLD, NEW = "1" * 40, "2" * 40  # two commits of one model
+
+
+def cache_model(
+    cache: Path, repo_id: str, source: Path, commit: str, refs: tuple[str, ...]
+) -> Path:
+    """Put ``source``'s files in ``cache`` as huggingface_hub does: content-addressed blobs,
+    relative links to them from the commit's snapshot, and each ref naming the commit."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    for file in sorted(p for p in source.rglob("*") if p.is_file()):
+        data = file.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = repo / "snapshots" / commit / file.relative_to(source)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    for ref in refs:
+        (repo / "refs" / ref).parent.mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)  # huggingface_hub writes no newline
+    return repo / "snapshots" / commit
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, minilm_path) -> Path:
+    """A cache holding a tiny sentence-transformers model at two commits (main: the newer;
+    tag v1: the older, which has no Dense head)."""
+    root = tmp_path_factory.mktemp("hf")
+    encoder = tiny_bert(root / "src" / "bert", minilm_path)
+    old = save_st(root / "src" / "old", encoder)
+    new = save_st(root / "src" / "new", encoder, dense=[(8, "Tanh", False)], normalize=True)
+    cache = root / "home" / "hub"
+    cache_model(cache, "acme/tiny-embed", old, OLD, ("v1",))
+    cache_model(cache, "acme/tiny-embed", new, NEW, ("main",))
+    return cache
+
+
+def test_the_cache_is_laid_out_as_huggingface_hub_reads_it(cache):
+    from huggingface_hub import scan_cache_dir, snapshot_download
+
+    info = scan_cache_dir(cache)
+    assert not info.warnings
+    (repo,) = info.repos
+    assert repo.repo_id == "acme/tiny-embed"
+    assert {r.commit_hash: set(r.refs) for r in repo.revisions} == {OLD: {"v1"}, NEW: {"main"}}
+    for revision in (None, "v1", OLD):
+        model = ModelConfig(task="embed", name="acme/tiny-embed", revision=revision)
+        expected = snapshot_download(
+            "acme/tiny-embed", revision=revision, cache_dir=cache, local_files_only=True
+        )
+        assert locate(model, {"HF_HUB_CACHE": str(cache)}) == Path(expected)
+
+
+def test_cache_folder_follows_the_standard_variables(tmp_path):
+    home = Path.home()
+    assert hub_cache({}) == home / ".cache" / "huggingface" / "hub"
+    assert hub_cache({"XDG_CACHE_HOME": "/x"}) == Path("/x/huggingface/hub")
+    assert hub_cache({"HF_HOME": "/h", "XDG_CACHE_HOME": "/x"}) == Path("/h/hub")
+    assert hub_cache({"HF_HUB_CACHE": "/c", "HF_HOME": "/h"}) == Path("/c")
+    assert hub_cache({"HF_HOME": "~/hf"}) == home / "hf" / "hub"
+
+
+def test_revisions_resolve_through_refs(cache):
+    env = {"HF_HOME": str(cache.parent)}
+    path = locate(ModelConfig(task="embed", name="acme/tiny-embed"), env)
+    assert path.name == NEW and (path / "2_Dense" / "model.safetensors").is_file()
+    assert locate(ModelConfig(task="embed", name="acme/tiny-embed", revision="v1"), env).name == OLD
+    with pytest.raises(ModelError, match='"acme/tiny-embed" at revision v2 is not in'):
+        locate(ModelConfig(task="embed", name="acme/tiny-embed", revision="v2"), env)
+
+
+def test_a_missing_id_says_where_it_looked_and_how_to_fetch_it(
+    cache, tmp_path, shards, monkeypatch
+):
+    with pytest.raises(ModelError) as info:
+        locate(
+            ModelConfig(task="embed", name="BAAI/bge-small-en-v1.5"), {"HF_HUB_CACHE": str(cache)}
+        )
+    message = str(info.value)
+    assert '"BAAI/bge-small-en-v1.5"' in message
+    assert f"searched {cache / 'models--BAAI--bge-small-en-v1.5'}" in message
+    assert "`hf download BAAI/bge-small-en-v1.5`" in message and "never downloads" in message
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    job = write_job(
+        tmp_path / "j.toml",
+        input={"path": str(shards)},
+        model={"task": "embed", "name": "acme/missing", "revision": "v3"},
+        output={"path": "out"},
+    )
+    result = CliRunner().invoke(main, ["validate", str(job)], catch_exceptions=False)
+    assert result.exit_code == 4, result.stderr
+    assert "`hf download acme/missing --revision v3`" in result.stderr
+    with pytest.raises(ModelError, match="neither a built-in model"):
+        locate(ModelConfig(task="embed", name="not an id"), {})
+
+
+def test_the_built_in_keeps_its_names(minilm_path, tmp_path):
+    empty = {"HF_HUB_CACHE": str(tmp_path)}
+    for name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+        assert locate(ModelConfig(task="embed", name=name), empty) == minilm_path
+    with pytest.raises(ModelError, match=r'did you mean "all-MiniLM-L6-v2"'):
+        locate(ModelConfig(task="embed", name="all-MiniLM-L6-v3"), empty)
+
+
+def test_an_embed_job_by_hub_id_scores_like_its_folder(cache, tmp_path, shards, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    common = {"task": "embed", "threads": 1, "max_length": 64}
+    outputs = {}
+    snapshot = cache / "models--acme--tiny-embed" / "snapshots" / OLD
+    for name, model in (
+        ("id", {"name": "acme/tiny-embed", "revision": "v1"}),
+        ("path", {"path": str(snapshot)}),
+    ):
+        job = write_job(
+            tmp_path / f"{name}.toml",
+            input={"path": str(shards), "id": "doc_id"},
+            model={**common, **model},
+            output={"path": f"out-{name}"},
+        )
+        loaded = load_job(job)
+        run_job(loaded)
+        outputs[name] = read_output(tmp_path / f"out-{name}")
+        if name == "id":
+            parts = fingerprint_parts(loaded, locate(loaded.model))
+            assert parts["model"] == "acme/tiny-embed" and parts["revision"] == "v1"
+    assert outputs["id"].num_rows == 360 and outputs["id"].equals(outputs["path"])
+
+
+def test_revision_belongs_to_a_hub_id(tmp_path):
+    model = {"task": "embed", "path": "m", "revision": "main"}
+    job = write_job(tmp_path / "j.toml", input={"path": "in"}, model=model, output={"path": "o"})
+    with pytest.raises(JobError, match=r"\[model\].revision: .* a local \[model\].path has none"):
+        load_job(job)
