@@ -81,7 +81,10 @@ def load(job: str, overrides: tuple[str, ...]) -> Job:
 def main(verbose: bool, log_format: str) -> None:
     """Score every row of Parquet shards with a PyTorch model, resumably.
 
+    \b
     Example:
+        batchscore validate jobs/embed.toml
+        batchscore run jobs/embed.toml
         batchscore --log-format json run jobs/summarize.toml --metrics-file batchscore.prom
     """
     from batchscore.observe.logs import setup_logging
@@ -133,8 +136,11 @@ def run(
 ) -> None:
     """Score every row of JOB not yet committed, then print a summary.
 
+    \b
     Example:
-        batchscore run jobs/summarize.toml --set model.precision=bf16 --engine ray
+        batchscore run jobs/embed.toml
+        batchscore run jobs/embed.toml --set model.precision=bf16 --restart
+        batchscore run jobs/summarize.toml --engine ray --progress log
     """
     from pathlib import Path
 
@@ -164,8 +170,10 @@ def run(
 def validate(job: str, overrides: tuple[str, ...]) -> None:
     """Check JOB's file, inputs, model and device without loading weights or scoring.
 
+    \b
     Example:
         batchscore validate jobs/embed.toml
+        batchscore validate jobs/embed.toml --set model.max_length=128
     """
     from batchscore.pipeline.preflight import preflight
 
@@ -185,8 +193,10 @@ def check(job: str, overrides: tuple[str, ...]) -> None:
     With precision = "auto", every precision the device supports is measured and the fastest
     that passes the [quality] gate is named. Exits 8 when the job's precision fails the gate.
 
+    \b
     Example:
         batchscore check jobs/embed.toml --set model.precision=bf16
+        batchscore check jobs/embed.toml --set model.precision=auto
     """
     from batchscore.errors import QualityGateError
     from batchscore.models.locate import locate
@@ -209,7 +219,9 @@ def check(job: str, overrides: tuple[str, ...]) -> None:
 def status(job: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Show what is done, pending and failed for JOB, from its checkpoints alone.
 
+    \b
     Example:
+        batchscore status jobs/summarize.toml
         batchscore status jobs/summarize.toml --json
     """
     from batchscore.output.status import format_status, job_status
