@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
-from batchscore import __version__
 from batchscore.errors import BatchscoreError
 from batchscore.job.load import load_job
 from batchscore.job.sections import Job
+from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
 JOB = click.argument("job", type=click.Path(dir_okay=False))

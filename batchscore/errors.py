@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Any
 
 
 class BatchscoreError(Exception):
@@ -30,6 +31,17 @@ class InputDataError(BatchscoreError):
     """An input shard could not be read or scored; other shards still commit."""
 
     exit_code = 3
+
+
+class ShardsFailedError(InputDataError):
+    """Some shards could not be read and were not committed; every other shard was.
+
+    ``report`` is the run's report (the Python API's `RunReport`), whose ``failures`` name them.
+    """
+
+    def __init__(self, message: str, report: Any) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class BadRowsError(InputDataError):

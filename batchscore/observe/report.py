@@ -48,6 +48,50 @@ class RunStats:
         }
 
 
+@dataclass(frozen=True)
+class RunReport:
+    """A run's report as the Python API returns it: the key figures as typed attributes, and
+    the whole JSON report (as written under ``<output>/_batchscore/runs/``) in `data`."""
+
+    job: str
+    outcome: str  # ok | shards failed | interrupted | failed
+    rows: int  # rows scored by this run
+    tokens: int  # real (unpadded) tokens
+    padding_efficiency: float  # real / padded tokens, 0-1
+    rows_per_s: float
+    tokens_per_s: float
+    wall_s: float
+    precision: str
+    device: str
+    output: str
+    failures: tuple[dict[str, str], ...]  # shards that failed: {"shard", "error"}
+    bad_rows: int  # rows recorded with their error (on_error = "skip")
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> RunReport:
+        """From a run report dict (`RunStats.report` plus the driver's context)."""
+        return cls(
+            job=str(report.get("job", "")),
+            outcome=str(report.get("outcome", "")),
+            rows=int(report.get("rows", 0)),
+            tokens=int(report.get("tokens", 0)),
+            padding_efficiency=float(report.get("padding_efficiency", 1.0)),
+            rows_per_s=float(report.get("rows_per_s", 0.0)),
+            tokens_per_s=float(report.get("tokens_per_s", 0.0)),
+            wall_s=float(report.get("wall_s", 0.0)),
+            precision=str(report.get("precision", "")),
+            device=str(report.get("device", "")),
+            output=str(report.get("output", "")),
+            failures=tuple(report.get("failed_shards", ())),
+            bad_rows=int(report.get("bad_rows", 0)),
+            data=report,
+        )
+
+    def __str__(self) -> str:
+        return summary(self.data)
+
+
 def summary(report: dict[str, Any]) -> str:
     """A few human lines from a run report."""
     return "\n".join(

@@ -23,9 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from batchscore import __version__
 from batchscore.engines import open_engine
-from batchscore.errors import InputDataError, WriteError
+from batchscore.errors import ShardsFailedError, WriteError
 from batchscore.job.sections import Job
 from batchscore.models.base import Task
 from batchscore.models.locate import locate
@@ -45,6 +44,7 @@ from batchscore.pipeline.stages import Scored
 from batchscore.pipeline.threads import Sink
 from batchscore.precision.choose import settle
 from batchscore.precision.table import check_precision
+from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
 
@@ -121,10 +121,11 @@ def run_job(
                         raise
                     log.error("%s", exc)  # the run's own error is the one to report
         if failures:
-            raise InputDataError(
+            raise ShardsFailedError(
                 f"{len(failures)} shard(s) failed and were not committed; the other shards "
                 "were. Fix or remove them and run again to retry:\n  "
-                + "\n  ".join(f["error"] for f in failures)
+                + "\n  ".join(f["error"] for f in failures),
+                report,
             )
         return report
 
