@@ -89,7 +89,7 @@ def main(verbose: bool, log_format: str) -> None:
     """
     from batchscore.observe.logs import setup_logging
 
-    setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format, terminal=sys.stderr.isatty())
     if spec := os.environ.get("BATCHSCORE_FAULTS"):  # the fault-injection tests' hook only
         from batchscore import faults
 
@@ -158,8 +158,6 @@ def run(
         accept_quality=accept_quality,
         metrics_file=Path(metrics_file) if metrics_file else None,
     )
-    if json_logs():
-        log.info("run finished", extra={"report": report})
     click.echo(summary(report))
 
 
@@ -228,3 +226,57 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool) -> None:
 
     result = job_status(load(job, overrides))
     click.echo(json.dumps(result, indent=2) if as_json else format_status(result))
+
+
+@main.command()
+@JOB
+@SET
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    type=click.Path(dir_okay=False),
+    default="report.html",
+    show_default=True,
+    help="Where to write the page.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the page's numbers as JSON instead.")
+@reports_errors
+def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> None:
+    """Draw JOB's last run as one self-contained HTML page: token lengths and the sampler's
+    batch cuts, throughput and model busy over time, padding per bucket, rows per shard.
+
+    The page needs no network to open (its charts are inline SVG). The run drawn is the newest
+    that scored rows or failed.
+
+    \b
+    Example:
+        batchscore report jobs/embed.toml -o embed-report.html
+        batchscore report jobs/embed.toml --json
+    """
+    from pathlib import Path
+
+    from batchscore.errors import JobError, write_error
+    from batchscore.observe.figures import page_numbers, pick_run
+    from batchscore.output.checkpoint import Checkpoint
+    from batchscore.output.status import job_status
+
+    loaded = load(job, overrides)
+    chosen = pick_run(Checkpoint(loaded.output.path).reports())
+    if chosen is None:
+        raise JobError(f"{job}: no run report in {loaded.output.path} yet; run the job first")
+    numbers = page_numbers(chosen, job_status(loaded))
+    if as_json:
+        click.echo(json.dumps(numbers, indent=2))
+        return
+    from batchscore.observe.html import render
+
+    try:
+        Path(out).write_text(render(numbers), encoding="utf-8")
+    except OSError as exc:
+        raise write_error(out, exc) from exc
+    run = numbers["figures"]
+    click.echo(
+        f"{out}: run {run.get('run_id', '?')} of {numbers['job']}: {run.get('rows', 0):,} rows "
+        f"in {run.get('wall_s', 0):.1f} s, {run.get('outcome')}"
+    )

@@ -6,6 +6,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from batchscore.observe.shape import Shape
+
 
 @dataclass
 class RunStats:
@@ -31,12 +33,25 @@ class RunStats:
     actors_replaced: int = 0
     started: float = field(default_factory=time.time)
     wall_s: float = 0.0
+    # for the report page: token lengths and batch widths, the run over time, rows per shard
+    shape: Shape = field(default_factory=Shape)
+    timeline: dict[str, list[float]] = field(default_factory=dict)
+    shards: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def committed(self, shard: str, rows: int, bad_rows: int, filtered: int) -> None:
+        """Count a committed chunk against its shard."""
+        entry = self.shards.setdefault(shard, {"rows": 0, "bad_rows": 0, "filtered": 0})
+        entry["rows"] += rows
+        entry["bad_rows"] += bad_rows
+        entry["filtered"] += filtered
 
     def report(self, **context: Any) -> dict[str, Any]:
         """The run report: counters, derived rates, and whatever context the driver adds."""
         wall = max(self.wall_s, 1e-9)
+        counters = {k: v for k, v in asdict(self).items() if k != "shape"}
         return {
-            **asdict(self),
+            **counters,
+            "shape": self.shape.to_json(),
             "padding_efficiency": round(self.computed_tokens / self.padded_tokens, 4)
             if self.padded_tokens
             else 1.0,

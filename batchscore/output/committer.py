@@ -11,6 +11,7 @@ A chunk is complete when its windows have covered all of its input rows; with an
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -29,9 +30,16 @@ class Committer:
     """Consumes `Scored` windows in order; one chunk is open at a time."""
 
     def __init__(
-        self, output: OutputConfig, ckpt: Checkpoint, schema: pa.Schema, stats: RunStats
+        self,
+        output: OutputConfig,
+        ckpt: Checkpoint,
+        schema: pa.Schema,
+        stats: RunStats,
+        on_commit: Callable[[Chunk, dict[str, Any]], None] = lambda chunk, record: None,
     ) -> None:
+        """``on_commit`` is told of each chunk once its commit record is written."""
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
+        self.on_commit = on_commit
         self.writer: ChunkWriter | None = None
         self.read = 0  # input rows of the open chunk seen so far
         self.rejected: list[pa.Table] = []
@@ -70,7 +78,9 @@ class Committer:
         if bad:
             write_table(pa.concat_tables(self.rejected), self.ckpt.store, rejected_name(chunk.key))
         self.rejected = []
-        self.ckpt.commit(record(chunk, bad, rows))
+        committed = record(chunk, bad, rows)
+        self.ckpt.commit(committed)
+        self.on_commit(chunk, committed)
         self.stats.chunks_committed += 1
         self.stats.bad_rows += bad
         self.stats.filtered += chunk.rows - rows

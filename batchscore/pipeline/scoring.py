@@ -175,6 +175,7 @@ def count(stats: RunStats, window: Window, ran: list[np.ndarray]) -> None:
     stats.padded_tokens += padded_tokens(encoded.lengths, ran)
     stats.batches += len(ran)
     stats.truncated += encoded.truncated
+    stats.shape.add(encoded.lengths, ran)
 
 
 class Scorer:

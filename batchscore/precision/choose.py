@@ -27,6 +27,7 @@ import pyarrow as pa
 from batchscore.errors import QualityGateError
 from batchscore.job.sections import Job
 from batchscore.models.tasks import generates
+from batchscore.observe.progress import stage
 from batchscore.pipeline.executor import resolve_device
 from batchscore.pipeline.scoring import is_out_of_memory
 from batchscore.pipeline.stages import batches, sample_rows
@@ -142,12 +143,15 @@ def settle(
     if job.model.precision == "fp32" and not needs_budget:
         return job, None, None
     table = sample if sample is not None else sample_rows(job, job.quality.sample_rows)
-    chosen, decision = choose_precision(job, model_path, table)
+    wanted = job.model.precision
+    what = "fp32 and every faster precision" if wanted == "auto" else f"fp32 and {wanted}"
+    with stage(f"quality gate: scoring {table.num_rows} rows in {what}", "quality gate done"):
+        chosen, decision = choose_precision(job, model_path, table)
     decision = {"precision": decision}
     if needs_budget:
-        decision["batching"] = choose_budget(job, chosen, table)
+        with stage("max_tokens = auto: timing batch budgets", "budgets timed"):
+            decision["batching"] = choose_budget(job, chosen, table)
         log.info("max_tokens = auto: %s", decision["batching"]["why"])
-    log.info("precision %s: %s", chosen.precision, decision["precision"]["why"])
     return concrete(job, decision), decision, chosen
 
 
