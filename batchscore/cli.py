@@ -232,51 +232,62 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool) -> None:
 @JOB
 @SET
 @click.option(
-    "-o",
-    "--output",
-    "out",
-    type=click.Path(dir_okay=False),
-    default="report.html",
-    show_default=True,
-    help="Where to write the page.",
+    "-o", "--output", "out", default="report.html", show_default=True, help="Where to write it."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the page's numbers as JSON instead.")
 @reports_errors
 def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> None:
-    """Draw JOB's last run as one self-contained HTML page: token lengths and the sampler's
-    batch cuts, throughput and model busy over time, padding per bucket, rows per shard.
-
-    The page needs no network to open (its charts are inline SVG). The run drawn is the newest
-    that scored rows or failed.
+    """Draw JOB's last run (the newest that scored rows or failed) as one self-contained HTML
+    page, with no network needed to open it: token lengths and the sampler's batch cuts,
+    throughput and model busy over time, padding per bucket, rows per shard.
 
     \b
     Example:
         batchscore report jobs/embed.toml -o embed-report.html
         batchscore report jobs/embed.toml --json
     """
-    from pathlib import Path
+    from batchscore.observe.html import write_page
+    from batchscore.output.history import report_numbers
 
-    from batchscore.errors import JobError, write_error
-    from batchscore.observe.figures import page_numbers, pick_run
-    from batchscore.output.checkpoint import Checkpoint
-    from batchscore.output.status import job_status
-
-    loaded = load(job, overrides)
-    chosen = pick_run(Checkpoint(loaded.output.path).reports())
-    if chosen is None:
-        raise JobError(f"{job}: no run report in {loaded.output.path} yet; run the job first")
-    numbers = page_numbers(chosen, job_status(loaded))
+    numbers = report_numbers(load(job, overrides))
     if as_json:
         click.echo(json.dumps(numbers, indent=2))
         return
-    from batchscore.observe.html import render
-
-    try:
-        Path(out).write_text(render(numbers), encoding="utf-8")
-    except OSError as exc:
-        raise write_error(out, exc) from exc
+    write_page(numbers, out)
     run = numbers["figures"]
-    click.echo(
-        f"{out}: run {run.get('run_id', '?')} of {numbers['job']}: {run.get('rows', 0):,} rows "
-        f"in {run.get('wall_s', 0):.1f} s, {run.get('outcome')}"
-    )
+    click.echo(f"{out}: run {run.get('run_id')} of {numbers['job']}: {run.get('outcome')}")
+
+
+@main.command()
+@JOB
+@SET
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option(
+    "--sample-rows",
+    type=click.IntRange(min=100),
+    default=50_000,
+    show_default=True,
+    help="Tokenize every row up to this many; above it, estimate tokens from a random sample.",
+)
+@click.option("--no-timing", is_flag=True, help="Never load the model (no estimate without a run).")
+@click.option("--max-wall-s", type=float, help="Exit 10 if the estimated wall time is longer.")
+@click.option("--max-tokens", type=int, help="Exit 10 if the job has more tokens to score.")
+@reports_errors
+def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> None:
+    """A dry run of JOB: shards, rows after `where`, rows already committed, tokens, expected
+    padding efficiency, and an ESTIMATED wall time on this machine (from the job's last run,
+    or a short timed sample of the model when there is none; only the tokenizer is loaded to
+    count). Over --max-wall-s or --max-tokens it exits 10, for a scheduler to gate on.
+
+    \b
+    Example:
+        batchscore plan jobs/embed.toml
+        batchscore plan jobs/embed.toml --json --max-wall-s 3600 && batchscore run jobs/embed.toml
+    """
+    from batchscore.pipeline.estimate import check_limits, format_plan
+    from batchscore.pipeline.estimate import plan as plan_job
+
+    timing = not limits.pop("no_timing")
+    result = plan_job(load(job, overrides), sample_rows=limits.pop("sample_rows"), timing=timing)
+    click.echo(json.dumps(result, indent=2, default=str) if as_json else format_plan(result))
+    check_limits(result, job, **limits)

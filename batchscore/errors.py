@@ -95,6 +95,13 @@ class EngineError(BatchscoreError):
     exit_code = 9
 
 
+class OverLimitError(BatchscoreError):
+    """`batchscore plan` found the job over a limit it was given (time or tokens): a
+    scheduler's signal not to start the run now."""
+
+    exit_code = 10
+
+
 class LockHeldError(BatchscoreError):
     """Another run of the same job holds the output folder's lock (EX_TEMPFAIL: try again later)."""
 
@@ -113,6 +120,7 @@ EXIT_CODES: dict[int, str] = {
     TransientIOError.exit_code: "reading input failed transiently (I/O error); run again later",
     QualityGateError.exit_code: "the precision fails its quality gate against fp32; nothing scored",
     EngineError.exit_code: "the Ray cluster could not be reached, or its model actors kept dying",
+    OverLimitError.exit_code: "plan: the job is over a --max-wall-s or --max-tokens limit",
     LockHeldError.exit_code: "another run of the same job is still running",
     130: "interrupted (Ctrl-C); committed chunks are kept",
 }

@@ -12,9 +12,10 @@ import html
 import io
 from collections.abc import Callable
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
-from batchscore.errors import JobError
+from batchscore.errors import JobError, write_error
 
 BLUE, ORANGE, GREY, RED, GREEN = "#2b6cb0", "#dd6b20", "#a0aec0", "#c53030", "#2f855a"
 CSS = """
@@ -229,3 +230,12 @@ def render(numbers: dict[str, Any]) -> str:
         page.append("</table>")
     page.append("</body></html>\n")
     return "\n".join(page)
+
+
+def write_page(numbers: dict[str, Any], path: str | Path) -> None:
+    """Render the page and write it to ``path``; a failure is a `WriteError` naming it."""
+    page = render(numbers)
+    try:
+        Path(path).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise write_error(path, exc) from exc

@@ -96,8 +96,12 @@ def pending_work(
     chunk_rows: int,
     shards: list[Shard],
     ckpt: Checkpoint,
+    forget: bool = True,
 ) -> Pending:
-    """Un-commit stale chunks, check every shard still to score, and list its pending chunks."""
+    """Un-commit stale chunks, check every shard still to score, and list its pending chunks.
+
+    ``forget=False`` (a dry run) leaves the stale chunks' records on disk, counting them pending.
+    """
     plan = Pending()
     rows_filter = RowFilter(inp.where) if inp.where is not None else None
     committed = ckpt.committed()
@@ -109,7 +113,8 @@ def pending_work(
                 "%s changed or is gone since it was scored; its output is redone",
                 record["shard"]["path"],
             )
-            ckpt.forget(key)
+            if forget:
+                ckpt.forget(key)
             del committed[key]
     reference: tuple[pa.Schema, str] | None = None
     for shard in shards:
