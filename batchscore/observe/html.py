@@ -39,8 +39,8 @@ td, th { border-bottom: 1px solid #e2e8f0; padding: .25rem .6rem; text-align: le
 """
 
 
-def pyplot_free() -> Any:
-    """matplotlib's Figure class (no pyplot: no global figure state, no GUI backend)."""
+def matplotlib_figure() -> Any:
+    """matplotlib and its Figure class (no pyplot: no global figure state, no GUI backend)."""
     try:
         import matplotlib
         from matplotlib.figure import Figure
@@ -53,7 +53,7 @@ def pyplot_free() -> Any:
 
 def svg(draw: Callable[[Any], None], salt: str) -> str:
     """One chart as an inline ``<svg>`` element: text kept as text, ids unique on the page."""
-    matplotlib, figure_class = pyplot_free()
+    matplotlib, figure_class = matplotlib_figure()
     settings = {"svg.fonttype": "none", "svg.hashsalt": salt, "font.size": 9}
     with matplotlib.rc_context(settings):
         fig = figure_class(figsize=(6.4, 3.3), layout="constrained")

@@ -3,8 +3,9 @@
 The rate comes from this machine: the last run of the job that scored rows at the same
 precision (padded tokens per second of its scoring wall time, so reading, writing and their
 overlap are in it), or, when there is none, a short timed sample: the model loaded at the job's
-precision scores the job's first rows, after one warm-up batch (padded tokens per second of
-model time; reading and writing overlap with it in a run). Either way it is an estimate.
+precision scores ~`TIMED_ROWS` rows drawn at random from those to score, after a warm-up batch
+(padded tokens per second of model time; reading and writing overlap with it in a run). Either
+way it is an estimate.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from batchscore.errors import OverLimitError
 from batchscore.job.sections import Job
@@ -24,12 +26,16 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.pipeline.executor import Executor, resolve_device
 from batchscore.pipeline.plan import SAMPLE_ROWS, plan_job
 from batchscore.pipeline.sampler import padded_tokens
-from batchscore.pipeline.stages import batches, sample_rows
+from batchscore.pipeline.stages import batches
 from batchscore.precision.choose import concrete
 from batchscore.precision.load import load_at, trial_budget
 from batchscore.precision.table import check_precision
 
-TIMED_ROWS = 128  # rows the timed sample scores: a few seconds on a CPU
+# The timed sample: rows drawn at random from those to score, and at most this much model time
+# on them. Measured on a busy 2-core CPU, 128 rows (2-3 batches) gave rates 2x apart from one
+# try to the next; 512 rows came within 10% of the run that followed.
+TIMED_ROWS = 512
+TIMED_S = 15.0
 
 
 def plan(job: Job, *, sample_rows: int = SAMPLE_ROWS, timing: bool = True) -> dict[str, Any]:
@@ -57,8 +63,9 @@ def plan(job: Job, *, sample_rows: int = SAMPLE_ROWS, timing: bool = True) -> di
         notes.append('precision = "auto" is not measured yet: timed in fp32, the slowest choice')
         job = dataclasses.replace(job, model=dataclasses.replace(job.model, precision="fp32"))
     check_precision(job.model.precision, resolve_device(job.model.device))
-    planned = plan_job(job, model_path, sample_rows=sample_rows, claimed=claimed)
-    planned["estimate"] = estimate(job, model_path, planned, ckpt.reports(), timing=timing)
+    planned, rows = plan_job(job, model_path, sample_rows=sample_rows, claimed=claimed,
+                             timing_rows=TIMED_ROWS if timing else 0)  # fmt: skip
+    planned["estimate"] = estimate(job, model_path, planned, ckpt.reports(), timing_rows=rows)
     planned["notes"] = notes
     return planned
 
@@ -78,9 +85,15 @@ def usable(reports: Iterable[dict[str, Any]], precision: str) -> dict[str, Any] 
 
 
 def estimate(
-    job: Job, model_path: Path, planned: dict[str, Any], reports: Any, *, timing: bool
+    job: Job,
+    model_path: Path,
+    planned: dict[str, Any],
+    reports: Any,
+    *,
+    timing_rows: pa.Table | None,
 ) -> dict[str, Any]:
-    """Seconds the run should take: model load plus padded tokens at this machine's rate."""
+    """Seconds the run should take: model load plus padded tokens at this machine's rate (of
+    the last run, or measured on ``timing_rows``; None: no timing)."""
     padding = planned["padding"]
     if not planned["chunks_to_score"]:
         return {"wall_s": 0.0, "basis": "nothing to score: every chunk is committed"}
@@ -92,8 +105,8 @@ def estimate(
             f"the last run ({last.get('run_id', '?')}) on {last.get('device', '?')} in "
             f"{last['precision']}: {rate:,.0f} padded tokens per second of wall time"
         )
-    elif timing:
-        rate, load_s, rows = timed_sample(job, model_path)
+    elif timing_rows is not None and timing_rows.num_rows:
+        rate, load_s, rows = timed_sample(job, model_path, timing_rows)
         basis = (
             f"a timed sample on this machine ({rows} rows, {job.model.precision}): "
             f"{rate:,.0f} padded tokens per second of model time"
@@ -111,10 +124,9 @@ def estimate(
     return found
 
 
-def timed_sample(job: Job, model_path: Path) -> tuple[float, float, int]:
+def timed_sample(job: Job, model_path: Path, table: pa.Table) -> tuple[float, float, int]:
     """(padded tokens per second of model time, model load seconds, rows): the model at the
-    job's precision scores the job's first `TIMED_ROWS` rows once warmed up."""
-    table = sample_rows(job, TIMED_ROWS)
+    job's precision scores ``table`` (rows drawn from those to score) once warmed up."""
     executor = Executor(job.model)
     start = time.perf_counter()
     task = load_at(job, model_path, executor, table)
@@ -128,11 +140,15 @@ def timed_sample(job: Job, model_path: Path) -> tuple[float, float, int]:
     if not cut:
         return 1.0, load_s, 0
     executor.run(lambda: task.forward(encoded, cut[0]))  # warm-up: first calls pay set-up costs
-    before = executor.busy_s
-    for batch in cut:
-        executor.run(lambda batch=batch: task.forward(encoded, batch))
+    before, padded = executor.busy_s, 0
+    # in random order, so that stopping at TIMED_S leaves a fair share of short and long batches
+    for i in np.random.default_rng(0).permutation(len(cut)):
+        executor.run(lambda batch=cut[i]: task.forward(encoded, batch))
+        padded += padded_tokens(encoded.lengths, [cut[i]])
+        if executor.busy_s - before > TIMED_S:
+            break
     seconds = max(executor.busy_s - before, 1e-9)
-    return padded_tokens(encoded.lengths, cut) / seconds, load_s, table.num_rows
+    return padded / seconds, load_s, table.num_rows
 
 
 def check_limits(

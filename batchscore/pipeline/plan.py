@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from batchscore.errors import InputDataError
 from batchscore.job.sections import Job
@@ -54,12 +55,19 @@ class Counts:
     row_tokens: list[int] = field(default_factory=list)  # sampled: tokens of each sampled row
     unit_sizes: list[int] = field(default_factory=list)  # sampled: lengths + reserve of units
     failures: list[dict[str, str]] = field(default_factory=list)
+    timing_rows: list[pa.Table] = field(default_factory=list)  # rows for the timed sample
 
 
 def plan_job(
-    job: Job, model_path: Path, *, sample_rows: int = SAMPLE_ROWS, claimed: Job | None = None
-) -> dict[str, Any]:
-    """Everything but the time estimate: input, committed and pending work, tokens, padding.
+    job: Job,
+    model_path: Path,
+    *,
+    sample_rows: int = SAMPLE_ROWS,
+    claimed: Job | None = None,
+    timing_rows: int = 0,
+) -> tuple[dict[str, Any], pa.Table | None]:
+    """Everything but the time estimate: input, committed and pending work, tokens, padding;
+    and about ``timing_rows`` rows drawn at random from those to score, to time the model on.
 
     ``claimed``: the job as a run claims the output with (before "auto" is settled), for the
     check that the output's committed work was made with the same settings.
@@ -78,10 +86,13 @@ def plan_job(
     tokenizer = tokenizer_of(job, model_path)
     to_read = sum(c.rows for c in todo.chunks)
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
-    counts = count(job, todo.chunks, tokenizer, fraction)
+    timing = min(1.0, timing_rows / to_read) if to_read else 0.0
+    counts = count(job, todo.chunks, tokenizer, fraction, timing)
+    kept = [t for t in counts.timing_rows if t.num_rows]
+    timing_table = pa.concat_tables(kept) if kept else None
     budget = job.batching.max_tokens if isinstance(job.batching.max_tokens, int) else None
     failing = {f["shard"] for f in todo.failures}  # unreadable footers: no row count
-    return {
+    planned = {
         "job": job.name,
         "output": job.output.path,
         "model": str(model_path),
@@ -103,13 +114,17 @@ def plan_job(
         "conflict": conflict,
         "settled": ckpt.settled(),
     }
+    return planned, timing_table
 
 
-def count(job: Job, chunks: list[Chunk], tokenizer: Tokenizer, fraction: float) -> Counts:
+def count(
+    job: Job, chunks: list[Chunk], tokenizer: Tokenizer, fraction: float, timing: float
+) -> Counts:
     """Read every pending row (the run's reader and `where`); tokenize all of them, or with
-    ``fraction`` < 1 a seeded random sample of them."""
+    ``fraction`` < 1 a seeded random sample of them. Keep a random ``timing`` share of the
+    rows too: rows like the run's, for the timed sample (`pipeline.estimate`)."""
     counts = Counts()
-    rng = np.random.default_rng(SEED)
+    rng, pick = np.random.default_rng(SEED), np.random.default_rng(SEED + 1)
     row_filter = RowFilter(job.input.where) if job.input.where is not None else None
     columns, failed = input_columns(job), set()
     for chunk in chunks:
@@ -119,6 +134,8 @@ def count(job: Job, chunks: list[Chunk], tokenizer: Tokenizer, fraction: float) 
             for rows in read_rows(chunk, columns, job.batching.window_rows, row_filter):
                 counts.rows += rows.table.num_rows
                 counts.filtered += rows.read - rows.table.num_rows
+                kept = np.flatnonzero(pick.random(rows.table.num_rows) < timing)
+                counts.timing_rows.append(rows.table.take(kept))
                 if fraction >= 1:
                     add_window(counts, job, chunk, rows, tokenizer)
                     continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,8 @@ def test_a_big_input_is_sampled_with_an_error_bar(embed_job: Path):
 
 def test_without_a_run_a_timed_sample_gives_the_rate(embed_job: Path):
     estimate = plan(load_job(embed_job))["estimate"]
-    assert estimate["basis"].startswith("a timed sample on this machine (128 rows, fp32)")
+    assert re.match(r"a timed sample on this machine \((\d+) rows, fp32\)", estimate["basis"])
+    assert int(re.search(r"\((\d+) rows", estimate["basis"])[1]) == 360  # all of them: < 512
     assert estimate["rate"] > 0 and estimate["wall_s"] > estimate["load_s"] > 0
 
 
