@@ -14,10 +14,12 @@ TABULAR := data/tabular/.built
 CLASSIFIER := models/docstring-kind/.built
 TOY_GPT := models/toy-gpt2/.built
 EXAMPLES := $(TABULAR) $(CLASSIFIER) $(TOY_GPT)
+# Debian's Chromium and its driver, for the report page's browser test (tests/test_report_browser.py)
+BROWSER := /usr/bin/chromedriver
 
 .PHONY: setup score test soak bench bench-generate bench-gpu lint format clean
 
-setup: $(SETUP) $(DATA) $(EXAMPLES)
+setup: $(SETUP) $(DATA) $(EXAMPLES) $(BROWSER)
 
 $(SETUP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +30,16 @@ $(SETUP): pyproject.toml
 		$(BIN)/pip install -q "$(TORCH_CPU)" || \
 		$(BIN)/pip install -q torch --index-url $(TORCH_CPU_INDEX); \
 	fi
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q -e '.[dev,bench,report]'
 	touch $@
+
+# apt-get as root (CI, containers) or through sudo; elsewhere the browser test is skipped
+$(BROWSER):
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null 2>&1; then SUDO=sudo; \
+	else echo "setup: not root and no sudo: install Debian's chromium and chromium-driver" \
+		"for the browser test"; exit 0; fi; \
+	$$SUDO apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver
 
 $(DATA): scripts/sample_corpus.py $(SETUP)
 	$(BIN)/python scripts/sample_corpus.py data/docs --shards 8

@@ -5,22 +5,19 @@ Errors become messages and exit codes here and only here (see `batchscore.errors
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import logging
 import os
-import signal
 import sys
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
-from batchscore import __version__
-from batchscore.errors import BatchscoreError, MetricsError
+from batchscore.errors import MetricsError
+from batchscore.exits import json_logs, reports_errors, stopping_on_signals
 from batchscore.job.load import load_job
 from batchscore.job.sections import Job
+from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
 JOB = click.argument("job", type=click.Path(dir_okay=False))
@@ -31,69 +28,6 @@ SET = click.option(
     metavar="SECTION.KEY=VALUE",
     help="Override a job key; the value is read as TOML (repeatable).",
 )
-
-
-def json_logs() -> bool:
-    ctx = click.get_current_context(silent=True)
-    return bool(ctx and ctx.find_root().params.get("log_format") == "json")
-
-
-def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn library errors into one clear message on stderr and the documented exit code
-    (with ``--log-format json``, one JSON log line carrying the message and the code)."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except BatchscoreError as exc:
-            if json_logs():
-                extra = {"error": type(exc).__name__, "exit_code": exc.exit_code}
-                log.error("%s", exc, extra=extra)
-                sys.exit(exc.exit_code)
-            lines = str(exc).splitlines() or [type(exc).__name__]
-            click.echo(f"batchscore: error: {lines[0]}", err=True)
-            for line in lines[1:]:
-                click.echo(f"  {line}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt as exc:
-            code, how = (128 + exc.signum, exc.name) if isinstance(exc, Stopped) else (130, "")
-            message = f"{'stopped by ' + how if how else 'interrupted'}; committed chunks are kept"
-            if json_logs():
-                log.error(message, extra={"exit_code": code})
-            else:
-                click.echo(f"batchscore: {message}, the next run resumes", err=True)
-            sys.exit(code)
-
-    return wrapper
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM (what systemd, Kubernetes and `timeout` send) or SIGHUP, handled like Ctrl-C:
-    the in-flight chunk is abandoned, the report and metrics are written, the lock released."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum, self.name = signum, signal.Signals(signum).name
-        super().__init__(self.name)
-
-
-@contextlib.contextmanager
-def stopping_on_signals() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise `Stopped` in the main thread (a second one
-    waits for the clean-up the first started); the previous handlers come back after."""
-    numbers = (signal.SIGTERM, signal.SIGHUP)
-
-    def handler(signum: int, frame: object) -> None:
-        for number in numbers:
-            signal.signal(number, signal.SIG_IGN)
-        raise Stopped(signum)
-
-    previous = {number: signal.signal(number, handler) for number in numbers}
-    try:
-        yield
-    finally:
-        for number, old in previous.items():
-            signal.signal(number, old)
 
 
 def load(job: str, overrides: tuple[str, ...]) -> Job:
@@ -113,12 +47,15 @@ def load(job: str, overrides: tuple[str, ...]) -> Job:
 def main(verbose: bool, log_format: str) -> None:
     """Score every row of Parquet shards with a PyTorch model, resumably.
 
+    \b
     Example:
+        batchscore validate jobs/embed.toml
+        batchscore run jobs/embed.toml
         batchscore --log-format json run jobs/summarize.toml --metrics-file batchscore.prom
     """
     from batchscore.observe.logs import setup_logging
 
-    setup_logging(verbose, log_format)
+    setup_logging(verbose, log_format, terminal=sys.stderr.isatty())
     if spec := os.environ.get("BATCHSCORE_FAULTS"):  # the fault-injection tests' hook only
         from batchscore import faults
 
@@ -165,8 +102,11 @@ def run(
 ) -> None:
     """Score every row of JOB not yet committed, then print a summary.
 
+    \b
     Example:
-        batchscore run jobs/summarize.toml --set model.precision=bf16 --engine ray
+        batchscore run jobs/embed.toml
+        batchscore run jobs/embed.toml --set model.precision=bf16 --restart
+        batchscore run jobs/summarize.toml --engine ray --progress log
     """
     from pathlib import Path
 
@@ -190,8 +130,6 @@ def run(
     except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
         click.echo(summary(exc.report))
         raise
-    if json_logs():
-        log.info("run finished", extra={"report": report})
     click.echo(summary(report))
 
 
@@ -202,8 +140,10 @@ def run(
 def validate(job: str, overrides: tuple[str, ...]) -> None:
     """Check JOB's file, inputs, model and device without loading weights or scoring.
 
+    \b
     Example:
         batchscore validate jobs/embed.toml
+        batchscore validate jobs/embed.toml --set model.max_length=128
     """
     from batchscore.pipeline.preflight import preflight
 
@@ -223,8 +163,10 @@ def check(job: str, overrides: tuple[str, ...]) -> None:
     With precision = "auto", every precision the device supports is measured and the fastest
     that passes the [quality] gate is named. Exits 8 when the job's precision fails the gate.
 
+    \b
     Example:
         batchscore check jobs/embed.toml --set model.precision=bf16
+        batchscore check jobs/embed.toml --set model.precision=auto
     """
     from batchscore.errors import QualityGateError
     from batchscore.models.locate import locate
@@ -247,10 +189,77 @@ def check(job: str, overrides: tuple[str, ...]) -> None:
 def status(job: str, overrides: tuple[str, ...], as_json: bool) -> None:
     """Show what is done, pending and failed for JOB, from its checkpoints alone.
 
+    \b
     Example:
+        batchscore status jobs/summarize.toml
         batchscore status jobs/summarize.toml --json
     """
     from batchscore.output.status import format_status, job_status
 
     result = job_status(load(job, overrides))
     click.echo(json.dumps(result, indent=2) if as_json else format_status(result))
+
+
+@main.command()
+@JOB
+@SET
+@click.option(
+    "-o", "--output", "out", default="report.html", show_default=True, help="Where to write it."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the page's numbers as JSON instead.")
+@reports_errors
+def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> None:
+    """Draw JOB's last run (the newest that scored rows or failed) as one self-contained HTML
+    page, with no network needed to open it: token lengths and the sampler's batch cuts,
+    throughput and model busy over time, padding per bucket, rows per shard.
+
+    \b
+    Example:
+        batchscore report jobs/embed.toml -o embed-report.html
+        batchscore report jobs/embed.toml --json
+    """
+    from batchscore.observe.html import write_page
+    from batchscore.output.history import report_numbers
+
+    numbers = report_numbers(load(job, overrides))
+    if as_json:
+        click.echo(json.dumps(numbers, indent=2))
+        return
+    write_page(numbers, out)
+    run = numbers["figures"]
+    click.echo(f"{out}: run {run.get('run_id')} of {numbers['job']}: {run.get('outcome')}")
+
+
+@main.command()
+@JOB
+@SET
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option(
+    "--sample-rows",
+    type=click.IntRange(min=100),
+    default=50_000,
+    show_default=True,
+    help="Tokenize every row up to this many; above it, estimate tokens from a random sample.",
+)
+@click.option("--no-timing", is_flag=True, help="Never load the model (no estimate without a run).")
+@click.option("--max-wall-s", type=float, help="Exit 12 if the estimated wall time is longer.")
+@click.option("--max-tokens", type=int, help="Exit 12 if the job has more tokens to score.")
+@reports_errors
+def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> None:
+    """A dry run of JOB: shards, rows after `where`, rows already committed, tokens, expected
+    padding efficiency, and an ESTIMATED wall time on this machine (from the job's last run,
+    or a short timed sample of the model when there is none; only the tokenizer is loaded to
+    count). Over --max-wall-s or --max-tokens it exits 12, for a scheduler to gate on.
+
+    \b
+    Example:
+        batchscore plan jobs/embed.toml
+        batchscore plan jobs/embed.toml --json --max-wall-s 3600 && batchscore run jobs/embed.toml
+    """
+    from batchscore.pipeline.estimate import check_limits, format_plan
+    from batchscore.pipeline.estimate import plan as plan_job
+
+    timing = not limits.pop("no_timing")
+    result = plan_job(load(job, overrides), sample_rows=limits.pop("sample_rows"), timing=timing)
+    click.echo(json.dumps(result, indent=2, default=str) if as_json else format_plan(result))
+    check_limits(result, job, **limits)

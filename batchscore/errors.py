@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Any
 
 
 class BatchscoreError(Exception):
@@ -30,6 +31,17 @@ class InputDataError(BatchscoreError):
     """An input shard could not be read or scored; other shards still commit."""
 
     exit_code = 3
+
+
+class ShardsFailedError(InputDataError):
+    """Some shards could not be read and were not committed; every other shard was.
+
+    ``report`` is the run's report (the Python API's `RunReport`), whose ``failures`` name them.
+    """
+
+    def __init__(self, message: str, report: Any) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class BadRowsError(InputDataError):
@@ -101,6 +113,13 @@ class MetricsError(BatchscoreError):
         self.report = report
 
 
+class OverLimitError(BatchscoreError):
+    """`batchscore plan` found the job over a limit it was given (time or tokens): a
+    scheduler's signal not to start the run now."""
+
+    exit_code = 12
+
+
 class LockHeldError(BatchscoreError):
     """Another run of the same job holds the output folder's lock (EX_TEMPFAIL: try again later)."""
 
@@ -123,6 +142,7 @@ EXIT_CODES: dict[int, str] = {
     BookkeepingError.exit_code: "a bookkeeping file of the output folder is damaged beyond what "
     "the data files prove; --restart starts over",
     MetricsError.exit_code: "every row is committed, but the --metrics-file could not be written",
+    OverLimitError.exit_code: "plan: the job is over a --max-wall-s or --max-tokens limit",
     LockHeldError.exit_code: "another run of the same job is still running",
     129: "stopped by SIGHUP; committed chunks are kept, the next run resumes",
     130: "interrupted (Ctrl-C); committed chunks are kept",

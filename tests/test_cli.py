@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import click
 import pytest
 import sample_corpus
 from click.testing import CliRunner
@@ -20,11 +21,29 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["validate"], ["status"], ["check"]])
-def test_every_command_has_help_with_an_example(command):
-    result = invoke(*command, "--help")
+COMMANDS = [[], *([name] for name in sorted(main.commands))]
+
+
+def example_lines(command: click.Command) -> list[str]:
+    """The lines of a command's ``Example:`` block, as its docstring writes them."""
+    block = (command.help or "").split("Example:", 1)[1]
+    return [line.strip() for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "batchscore")
+@pytest.mark.parametrize("width", [60, 100])
+def test_every_command_has_help_whose_examples_keep_their_lines(command, width):
+    """click re-wraps help paragraphs to the terminal; an example block marked with \\b is
+    kept line for line, so each example can be copied and run as printed."""
+    result = CliRunner().invoke(main, [*command, "--help"], terminal_width=width)
     assert result.exit_code == 0
     assert "Example:" in result.output
+    target = main.commands[command[0]] if command else main
+    examples = example_lines(target)
+    assert examples and all(line.startswith("batchscore ") for line in examples)
+    printed = [line.strip() for line in result.output.splitlines()]
+    for line in examples:
+        assert line in printed, f"{line!r} was re-wrapped in:\n{result.output}"
 
 
 def test_validate_ok_and_bad(embed_job: Path, tmp_path: Path):

@@ -29,6 +29,7 @@ from batchscore.errors import BatchscoreError, EngineError, JobError
 from batchscore.job.sections import Job, RayConfig
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
+from batchscore.observe.shape import Shape
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.scoring import Scorer, score_chunk
@@ -101,6 +102,7 @@ class ChunkResult:
     parts: list[Scored]
     counters: dict[str, int]
     busy_s: float
+    shape: Shape  # token lengths and batch widths, for the report page
 
 
 class ChunkActor:
@@ -138,7 +140,8 @@ class ChunkActor:
         scorer.stats, busy = RunStats(), scorer.executor.busy_s
         parts = score_chunk(self.job, chunk, scorer)
         counters = {name: getattr(scorer.stats, name) for name in COUNTERS}
-        return ChunkResult(parts, counters, scorer.executor.busy_s - busy)
+        shape = scorer.stats.shape
+        return ChunkResult(parts, counters, scorer.executor.busy_s - busy, shape)
 
 
 @dataclass
@@ -249,6 +252,7 @@ class RayEngine:
                     sink.put(part)
                 for name, value in result.counters.items():
                     setattr(stats, name, getattr(stats, name) + value)
+                stats.shape.merge(result.shape)
                 self.busy_s += result.busy_s
                 bar.advance(chunk.rows, result.counters["tokens"])
         stats.actors_replaced += self.replaced

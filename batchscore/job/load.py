@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,12 +51,25 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> None:
     """Apply ``--set`` overrides to the raw TOML tables in place."""
     for text in overrides:
         keys, value = parse_override(text)
-        table = raw
-        for part in keys[:-1]:
-            table = table.setdefault(part, {})
-            if not isinstance(table, dict):
-                raise JobError(f"--set {text}: {part} is not a section")
-        table[keys[-1]] = value
+        set_key(raw, keys, value, f"--set {text}")
+
+
+def apply_values(raw: dict[str, Any], overrides: Mapping[str, Any], origin: str) -> None:
+    """Apply ``{"section.key": value}`` overrides (values as they are) to raw tables in place."""
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key.strip():
+            raise JobError(f"{origin}: {key!r}: expected a key such as 'model.max_length'")
+        set_key(raw, key.strip().split("."), value, f"{origin}: {key}")
+
+
+def set_key(raw: dict[str, Any], keys: list[str], value: Any, where: str) -> None:
+    """Set ``section.key`` (or a top-level key) in the raw tables."""
+    table = raw
+    for part in keys[:-1]:
+        table = table.setdefault(part, {})
+        if not isinstance(table, dict):
+            raise JobError(f"{where}: {part} is not a section")
+    table[keys[-1]] = value
 
 
 def resolve(base: Path, path: str) -> str:
@@ -67,17 +81,21 @@ def resolve(base: Path, path: str) -> str:
 
 def load_job(path: str | Path, overrides: list[str] = ()) -> Job:
     """Read, override and validate a job file; raise `JobError` listing every problem at once."""
-    source = Path(path)
+    raw = read_job_file(Path(path))
+    apply_overrides(raw, list(overrides))
+    return job_from_dict(raw, Path(path))
+
+
+def read_job_file(source: Path) -> dict[str, Any]:
+    """A job file's raw TOML tables; a missing, unreadable or malformed file is a `JobError`."""
     try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+        return tomllib.loads(source.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise JobError(f"{source}: job file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise JobError(f"{source}: cannot read job file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise JobError(f"{source}: not valid TOML: {exc}") from None
-    apply_overrides(raw, list(overrides))
-    return job_from_dict(raw, source)
 
 
 def job_from_dict(raw: dict[str, Any], source: Path) -> Job:

@@ -1,15 +1,26 @@
-"""Log lines for people (``batchscore: ...``) or for log collectors (one JSON object a line)."""
+"""Log lines for people (``batchscore: ...``) or for log collectors (one JSON object a line).
+
+A run's stage events (``event``: start, model loaded, precision chosen, shard committed, run
+finished) carry the job's name and the run's id (`run_context`). JSON logs carry every event,
+whatever the level; text shows the routine ones (a shard committed, the run's choices and
+their reasons) only with ``-v``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from batchscore.observe.spinner import SpinnerHandler
+
 # LogRecord attributes that are not extra fields a caller attached
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "detail"}
+log = logging.getLogger("batchscore")
 
 
 class JsonFormatter(logging.Formatter):
@@ -30,11 +41,53 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def setup_logging(verbose: bool, fmt: str) -> None:
-    """Log to stderr at INFO (DEBUG when verbose), as text or JSON lines."""
-    handler = logging.StreamHandler(sys.stderr)
+class Threshold(logging.Filter):
+    """batchscore's records at ``level`` and above, less those marked ``detail`` unless at
+    debug level; and for JSON every stage event, whatever its level."""
+
+    def __init__(self, level: int, events: bool) -> None:
+        super().__init__()
+        self.level, self.events = level, events
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.events and hasattr(record, "event"):
+            return True
+        if getattr(record, "detail", False) and self.level > logging.DEBUG:
+            return False  # routine detail (a shard committed): text shows it with -v only
+        return record.levelno >= self.level
+
+
+def setup_logging(verbose: bool, fmt: str, terminal: bool = False) -> None:
+    """Log to stderr at INFO (DEBUG when verbose), as text or JSON lines; on a terminal, text
+    shows a spinner while a slow step runs."""
+    handler = SpinnerHandler(sys.stderr) if terminal and fmt != "json" else None
+    handler = handler or logging.StreamHandler(sys.stderr)
     text = logging.Formatter("batchscore: %(message)s")
     handler.setFormatter(JsonFormatter() if fmt == "json" else text)
     root = logging.getLogger()
+    for old in root.handlers:
+        old.close()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    level = logging.DEBUG if verbose else logging.INFO
+    root.setLevel(level)
+    # batchscore logs its events at any level; the filter decides which are shown
+    log.setLevel(logging.DEBUG)
+    log.filters[:] = [f for f in log.filters if not isinstance(f, Threshold)]
+    log.addFilter(Threshold(level, events=fmt == "json"))
+
+
+@contextlib.contextmanager
+def run_context(**fields: Any) -> Iterator[None]:
+    """Every batchscore record logged within (from any thread) carries these fields."""
+
+    def add(record: logging.LogRecord) -> bool:
+        for key, value in fields.items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+    log.addFilter(add)
+    try:
+        yield
+    finally:
+        log.removeFilter(add)

@@ -6,6 +6,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from batchscore.observe.shape import Shape
+
 
 @dataclass
 class RunStats:
@@ -36,12 +38,25 @@ class RunStats:
     retries: int = 0  # transient I/O errors retried (and overcome, unless the run failed)
     started: float = field(default_factory=time.time)
     wall_s: float = 0.0
+    # for the report page: token lengths and batch widths, the run over time, rows per shard
+    shape: Shape = field(default_factory=Shape)
+    timeline: dict[str, list[float]] = field(default_factory=dict)
+    shards: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def committed(self, shard: str, rows: int, bad_rows: int, filtered: int) -> None:
+        """Count a committed chunk against its shard."""
+        entry = self.shards.setdefault(shard, {"rows": 0, "bad_rows": 0, "filtered": 0})
+        entry["rows"] += rows
+        entry["bad_rows"] += bad_rows
+        entry["filtered"] += filtered
 
     def report(self, **context: Any) -> dict[str, Any]:
         """The run report: counters, derived rates, and whatever context the driver adds."""
         wall = max(self.wall_s, 1e-9)
+        counters = {k: v for k, v in asdict(self).items() if k != "shape"}
         return {
-            **asdict(self),
+            **counters,
+            "shape": self.shape.to_json(),
             "padding_efficiency": round(self.computed_tokens / self.padded_tokens, 4)
             if self.padded_tokens
             else 1.0,
@@ -51,6 +66,50 @@ class RunStats:
             "model_busy_share": round(self.model_busy_s / (wall * max(self.replicas, 1)), 4),
             **context,
         }
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A run's report as the Python API returns it: the key figures as typed attributes, and
+    the whole JSON report (as written under ``<output>/_batchscore/runs/``) in `data`."""
+
+    job: str
+    outcome: str  # ok | shards failed | interrupted | failed
+    rows: int  # rows scored by this run
+    tokens: int  # real (unpadded) tokens
+    padding_efficiency: float  # real / padded tokens, 0-1
+    rows_per_s: float
+    tokens_per_s: float
+    wall_s: float
+    precision: str
+    device: str
+    output: str
+    failures: tuple[dict[str, str], ...]  # shards that failed: {"shard", "error"}
+    bad_rows: int  # rows recorded with their error (on_error = "skip")
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> RunReport:
+        """From a run report dict (`RunStats.report` plus the driver's context)."""
+        return cls(
+            job=str(report.get("job", "")),
+            outcome=str(report.get("outcome", "")),
+            rows=int(report.get("rows", 0)),
+            tokens=int(report.get("tokens", 0)),
+            padding_efficiency=float(report.get("padding_efficiency", 1.0)),
+            rows_per_s=float(report.get("rows_per_s", 0.0)),
+            tokens_per_s=float(report.get("tokens_per_s", 0.0)),
+            wall_s=float(report.get("wall_s", 0.0)),
+            precision=str(report.get("precision", "")),
+            device=str(report.get("device", "")),
+            output=str(report.get("output", "")),
+            failures=tuple(report.get("failed_shards", ())),
+            bad_rows=int(report.get("bad_rows", 0)),
+            data=report,
+        )
+
+    def __str__(self) -> str:
+        return summary(self.data)
 
 
 def summary(report: dict[str, Any]) -> str:

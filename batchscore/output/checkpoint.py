@@ -35,10 +35,11 @@ from batchscore.output.layout import (
     SUCCESS,
     WRITING,
     intent_name,
+    part_name,
     record_name,
     rejected_name,
 )
-from batchscore.output.manifest import is_ours, problem
+from batchscore.output.manifest import is_ours, problem, written_for
 from batchscore.storage import Store, open_store
 from batchscore.storage.retry import Retry
 
@@ -172,12 +173,18 @@ class Checkpoint:
         """Start over: remove what batchscore wrote (records first, then their files)."""
         self.sweep()
         records = self.committed()
-        for key in records:
-            self.store.delete(record_name(key))
+        unreadable = [Path(rel).stem for rel in self.damaged if rel.startswith(DONE)]
+        for name in self.store.names(DONE):
+            self.store.delete(f"{DONE}/{name}")
         self.store.barrier(DONE)
         for key, record in records.items():
             self.store.delete(record["file"])
             self.store.delete(rejected_name(key))
+        for key in unreadable:  # a damaged record's file, when its footer names that chunk
+            if written_for(self.store, part_name(key)).get("batchscore.chunk") == key:
+                self.store.delete(part_name(key))
+            self.store.delete(rejected_name(key))
+        self.damaged.clear()
         self.store.delete(SETTLED)
         self.store.delete(JOB)
         self.drop_success()

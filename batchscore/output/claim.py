@@ -12,11 +12,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from batchscore import __version__
 from batchscore.errors import BookkeepingError, OutputConflictError
 from batchscore.job.paths import names_input
 from batchscore.output.checkpoint import Checkpoint, Damaged, fingerprint
 from batchscore.output.manifest import written_for
+from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
 

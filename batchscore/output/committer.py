@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -48,10 +49,13 @@ class Committer:
         decision: dict[str, Any] | None,
         metadata: dict[str, str],
         todo: Pending,
+        on_commit: Callable[[Chunk, dict[str, Any]], None] = lambda chunk, record: None,
     ) -> None:
+        """``on_commit`` is told of each chunk once its commit record is written."""
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
         self.claim, self.decision, self.metadata = claim, decision, metadata
         self.bad_by_shard, self.total_rows = todo.bad_by_shard, todo.total_rows
+        self.on_commit = on_commit
         self.writer: ChunkWriter | None = None
         self.read = 0  # input rows of the open chunk seen so far
         self.rejected: list[pa.Table] = []
@@ -106,7 +110,9 @@ class Committer:
             lines = "".join(json.dumps(row, default=str) + "\n" for row in listing)
             self.ckpt.store.write_text(rejected_name(chunk.key), lines)
         self.rejected = []
-        self.ckpt.commit(record(chunk, facts, bad))
+        committed = record(chunk, facts, bad)
+        self.ckpt.commit(committed)
+        self.on_commit(chunk, committed)
         self.stats.chunks_committed += 1
         self.stats.bad_rows += bad
         self.stats.filtered += chunk.rows - facts.rows

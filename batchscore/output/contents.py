@@ -6,8 +6,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from batchscore import __version__
 from batchscore.job.sections import Job
+from batchscore.version import __version__
 
 
 def output_schema(job: Job, carried: pa.Schema, task_columns: list[pa.Field]) -> pa.Schema:

@@ -88,10 +88,19 @@ def family(kind: pa.DataType) -> str:
     return str(kind)
 
 
+def typed(reference: pa.Schema, schema: pa.Schema) -> pa.Schema:
+    """The reference with its all-null columns (an empty shard's, say) typed by ``schema``."""
+    fields = [schema.field(f.name) if pa.types.is_null(f.type) else f for f in reference]
+    return pa.schema(fields)
+
+
 def check_drift(shard: Shard, schema: pa.Schema, reference: pa.Schema, source: str) -> None:
-    """Carried columns must keep their type across shards, or output parts would not agree."""
+    """Carried columns must keep their type across shards, or output parts would not agree.
+    A column of nulls only (type null) fits any type."""
     for ref in reference:
         found = schema.field(ref.name).type
+        if pa.types.is_null(found) or pa.types.is_null(ref.type):
+            continue
         if found != ref.type and family(found) != family(ref.type):
             raise InputDataError(
                 f"{shard.path}: column {ref.name!r} is {found} here but {ref.type} in {source}; "
@@ -107,11 +116,15 @@ def pending_work(
     shards: list[Shard],
     ckpt: Checkpoint,
     fingerprint: str,
+    forget: bool = True,
 ) -> Pending:
-    """Un-commit what no longer holds, check every shard still to score, list its chunks."""
+    """Un-commit what no longer holds, check every shard still to score, list its chunks.
+
+    ``forget=False`` (a dry run) changes nothing on disk: what no longer holds counts pending.
+    """
     plan = Pending()
     rows_filter = RowFilter(inp.where) if inp.where is not None else None
-    committed = stale(ckpt, shards, plan)
+    committed = stale(ckpt, shards, plan, forget=forget)
     reference: tuple[pa.Schema, str] | None = None
     for shard in shards:
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
@@ -129,7 +142,9 @@ def pending_work(
             carried = pa.schema([pf.schema_arrow.field(c) for c in inp.carried])
             if reference is None:
                 reference = (carried, shard.path)
-            check_drift(shard, carried, *reference)
+            else:
+                check_drift(shard, carried, *reference)
+                reference = (typed(reference[0], carried), reference[1])
         except InputDataError as exc:
             plan.failures.append({"shard": shard.path, "error": str(exc)})
             continue
@@ -140,18 +155,22 @@ def pending_work(
             else:
                 plan.chunks.append(chunk)
     plan.carried = reference[0] if reference else pa.schema([])
-    check_room(ckpt, plan.chunks, fingerprint)
+    if forget:  # a dry run leaves the folder as it is
+        check_room(ckpt, plan.chunks, fingerprint)
     return plan
 
 
-def stale(ckpt: Checkpoint, shards: list[Shard], plan: Pending) -> dict[str, dict]:
-    """The commit records that still hold; un-commit the others and say why in ``plan``.
+def stale(
+    ckpt: Checkpoint, shards: list[Shard], plan: Pending, *, forget: bool = True
+) -> dict[str, dict]:
+    """The commit records that still hold; un-commit the others (unless ``forget`` is off, for
+    a dry run) and say why in ``plan``.
 
     A record of a shard that left the input is kept (and so is its output), unless its data
     file is gone: then nothing is left to keep.
     """
     committed = ckpt.committed()
-    for where in ckpt.drop_damaged():
+    for where in ckpt.drop_damaged() if forget else []:
         log.warning("%s was damaged and is removed; its chunk is scored again", where)
     live = {s.key: s for s in shards}
     damaged = problems(ckpt.store, committed)
@@ -167,7 +186,8 @@ def stale(ckpt: Checkpoint, shards: list[Shard], plan: Pending) -> dict[str, dic
         if shard is not None:
             log.warning("%s: %s are scored again", why, rows)
             plan.redone.append({"chunk": key, "file": record["file"], "why": why})
-        ckpt.forget(key, record)
+        if forget:
+            ckpt.forget(key, record)
         del committed[key]
     plan.gone = sorted(
         {r["shard"]["path"] for k, r in committed.items() if shard_of(k) not in live}

@@ -8,32 +8,38 @@ The middle stage is the engine's (`batchscore.engines`): this process, or model 
 Ray cluster that score whole chunks; deciding the pending work and committing stay here.
 
 A shard that cannot be read fails alone: its open chunk is dropped, the other shards commit,
-and the run ends with `InputDataError` so the next run retries it.
+and the run ends with `ShardsFailedError` so the next run retries it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from batchscore.engines import open_engine
-from batchscore.errors import InputDataError
+from batchscore.engines import Engine, open_engine
+from batchscore.errors import ShardsFailedError
 from batchscore.job.sections import Job
 from batchscore.models.locate import locate
 from batchscore.models.tasks import check_outputs, input_kinds
-from batchscore.observe.progress import Progress
+from batchscore.observe.logs import run_context
+from batchscore.observe.progress import Progress, stage
+from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import check_claim
 from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, output_schema
 from batchscore.output.fingerprint import identity
+from batchscore.output.layout import report_name
 from batchscore.output.lock import hold_lock
-from batchscore.output.pending import Pending, pending_work
+from batchscore.output.pending import Chunk, Pending, pending_work
 from batchscore.output.verdict import bad_share_error, mark_complete
-from batchscore.pipeline.executor import resolve_device
+from batchscore.pipeline.executor import device_reason, resolve_device, torch_threads
 from batchscore.pipeline.run import Run
 from batchscore.pipeline.shards import find_shards
 from batchscore.pipeline.stages import Scored
@@ -58,9 +64,10 @@ def run_job(
     Raises `LockHeldError` when another run holds the job, `OutputConflictError` when the output
     folder holds another job's output or other settings', `QualityGateError` when the precision
     fails its gate (unless ``accept_quality``), `BadRowsError` when the job's rows with an error
-    exceed `[output].max_bad_share`, and `InputDataError` (after committing every other shard)
-    when some shard could not be read. The run report is written whatever happens (unless the
-    run found nothing to do), and so are the Prometheus metrics in ``metrics_file``.
+    exceed `[output].max_bad_share`, and `ShardsFailedError` (after committing every other
+    shard, with the report) when some shard could not be read. The run report is written
+    whatever happens (unless the run found nothing to do), and so are the Prometheus metrics in
+    ``metrics_file``.
     """
     check_outputs(job)  # an id or keep column named like an output column (exit 2)
     if job.engine == "local":  # refuse a device or precision this machine lacks before any work
@@ -70,8 +77,12 @@ def run_job(
     retry = Retry()  # transient I/O errors, in and out, retried and counted for the report
     ckpt = Checkpoint(job.output.path, retry)
     ckpt.store.check()  # a file, a read-only or unwritable place: before anything is written
-    with hold_lock(ckpt.lock_path, job.name, ckpt.output):
-        run = Run(job, ckpt, retry)
+    started = time.time()
+    run_id = Path(report_name(started, os.getpid())).stem  # every log record of the run has it
+    with hold_lock(ckpt.lock_path, job.name, ckpt.output), run_context(job=job.name, run_id=run_id):
+        run = Run(job, ckpt, retry, stats=RunStats(started=started), run_id=run_id)
+        log.info("run %s of %s started", run_id, job.name, extra={"event": "start", "detail": True,
+                 "source": str(job.source), "output": job.output.path})  # fmt: skip
         try:
             with run:
                 model_path = locate(job.model)
@@ -91,6 +102,9 @@ def run_job(
                         progress=progress,
                     )
                 judge(job, ckpt, todo, run.failures)
+        except ShardsFailedError as exc:
+            exc.report = run.report
+            raise
         finally:
             if metrics_file is not None:
                 run.write_metrics(metrics_file)
@@ -114,6 +128,8 @@ def find_pending(job: Job, ckpt: Checkpoint, run: Run, *, fingerprint: str) -> P
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
     stats.chunks_pending, stats.chunks_redone = len(todo.chunks), len(todo.redone)
     run.context.update(redone=todo.redone, gone_shards=todo.gone)
+    log.debug("%d chunk(s) to score, %d already committed (%d rows)", len(todo.chunks),
+              todo.done_chunks, todo.done_rows)  # fmt: skip
     if todo.chunks or todo.failures:
         ckpt.drop_success()  # incomplete from now until a run ends with every row committed
     return todo
@@ -145,12 +161,16 @@ def score_pending(
     engine = open_engine(job)
     try:
         loaded = time.perf_counter()
-        task = engine.load(model_path, stats, len(todo.chunks), gated)
+        what = f"loading the model {job.model.name or job.model.path} ({engine.device}, "
+        done = "model loaded" if gated is None else "model ready (the quality gate loaded it)"
+        with stage(f"{what}{job.model.precision})", done, event="model loaded"):
+            task = engine.load(model_path, stats, len(todo.chunks), gated)
         gated = None  # the engine holds what it adopted; let the rest go
         stats.load_s = time.perf_counter() - loaded
         run.context.update(device=engine.device, precision=engine.precision)
         if engine.quantization:
             run.context["int8"] = engine.quantization
+        explain(job, engine, decision=decision, recorded=recorded)
         committer = Committer(
             job.output,
             ckpt,
@@ -160,13 +180,15 @@ def score_pending(
             decision=decision or recorded,
             metadata=file_metadata(job, claim, engine.precision),
             todo=todo,
+            on_commit=shard_events(todo, stats),
         )
-        bar = Progress(sum(c.rows for c in todo.chunks), progress)
+        bar = Progress(sum(c.rows for c in todo.chunks), progress, busy=lambda: engine.busy_s)
         sink: Sink[Scored] = Sink(committer, depth=2)
         try:
             engine.score(todo.chunks, sink, bar, stats)
         finally:
             bar.close()
+            stats.timeline = bar.timeline.to_json()
             try:
                 sink.close()
             finally:
@@ -185,9 +207,46 @@ def judge(job: Job, ckpt: Checkpoint, todo: Pending, failures: list[dict[str, st
     if too_many is not None:
         raise too_many
     if failures:
-        raise InputDataError(
+        raise ShardsFailedError(
             f"{len(failures)} shard(s) failed and were not committed; the other shards "
             "were. Fix or remove them and run again to retry:\n  "
-            + "\n  ".join(f["error"] for f in failures)
+            + "\n  ".join(f["error"] for f in failures),
+            None,  # the run report, once it is written
         )
     mark_complete(ckpt, job.name)
+
+
+def explain(job: Job, engine: Engine, *, decision: Any, recorded: Any) -> None:
+    """Say which precision, budget and device the run uses and why (the precision as an
+    event; the rest at debug level, for ``-v``)."""
+    settled = decision or recorded or {}
+    if "precision" in settled:
+        why = settled["precision"]["why"] + ("" if decision else " (recorded by an earlier run)")
+    else:
+        why = "the job's [model].precision; fp32 is the reference, so there is nothing to gate"
+    log.info("precision %s: %s", engine.precision, why, extra={"event": "precision chosen",
+             "precision": engine.precision, "detail": not decision})  # fmt: skip
+    budget = settled.get("batching", {}).get("why", "the job's [batching].max_tokens")
+    log.debug("max_tokens %s: %s", job.batching.max_tokens, budget)
+    log.debug("device %s: %s", engine.device, device_reason(job.model.device))
+    if job.engine == "local" and engine.device == "cpu":
+        threads = "[model].threads" if job.model.threads else "the cores this process may use"
+        log.debug("torch threads %d: %s", torch_threads(), threads)
+
+
+def shard_events(todo: Pending, stats: RunStats) -> Callable[[Chunk, dict[str, Any]], None]:
+    """The committer's callback: count each chunk against its shard, and say when a shard's
+    last pending chunk is committed."""
+    left = Counter(c.shard.path for c in todo.chunks)
+
+    def committed(chunk: Chunk, record: dict[str, Any]) -> None:
+        path = chunk.shard.path
+        stats.committed(path, record["rows"], record["bad_rows"], record["filtered"])
+        left[path] -= 1
+        log.debug("chunk %s committed: %s rows %d-%d", chunk.key, path, chunk.start, chunk.stop)
+        if not left[path]:
+            rows = stats.shards[path]["rows"]
+            log.info("shard committed: %s (%d rows)", path, rows, extra={"event": "shard committed",
+                     "detail": True, "shard": path, "rows": rows})  # fmt: skip
+
+    return committed

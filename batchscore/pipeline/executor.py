@@ -43,6 +43,20 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
+def device_reason(spec: str) -> str:
+    """Why ``[model].device`` resolves as it does, for the run's debug log."""
+    if spec != "auto":
+        return "the job's [model].device"
+    if torch.cuda.is_available():
+        return f"auto: CUDA is available ({torch.cuda.get_device_name(0)})"
+    return "auto: no CUDA GPU here"
+
+
+def torch_threads() -> int:
+    """The intra-op threads torch runs CPU kernels with."""
+    return torch.get_num_threads()
+
+
 class Executor:
     """Holds the device, dtype and thread count, prepares modules, and times model calls."""
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from batchscore import __version__
 from batchscore.errors import BadRowsError, InputDataError, MetricsError, WriteError
 from batchscore.job.sections import Job
 from batchscore.observe.metrics import write_metrics
@@ -18,6 +17,7 @@ from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.layout import report_name
 from batchscore.storage.retry import Retry
+from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
 
@@ -42,9 +42,11 @@ class Run:
     folder once the run got as far as claiming it, unless the run found nothing to do.
     """
 
-    def __init__(self, job: Job, ckpt: Checkpoint, retry: Retry) -> None:
-        self.job, self.ckpt, self.retry = job, ckpt, retry
-        self.stats = RunStats()
+    def __init__(
+        self, job: Job, ckpt: Checkpoint, retry: Retry, *, stats: RunStats, run_id: str
+    ) -> None:
+        self.job, self.ckpt, self.retry, self.run_id = job, ckpt, retry, run_id
+        self.stats = stats
         self.start = time.perf_counter()
         self.outcome = "failed"
         self.failures: list[dict[str, str]] = []
@@ -70,6 +72,7 @@ class Run:
         self.stats.retries += self.retry.count
         self.report = self.stats.report(
             job=self.job.name,
+            run_id=self.run_id,
             outcome=self.outcome,
             output=self.job.output.path,
             failed_shards=self.failures,
@@ -78,6 +81,8 @@ class Run:
         )
         if self.claimed and (self.stats.chunks_pending or self.outcome != "ok"):
             self.ckpt.save_report(report_name(self.stats.started, os.getpid()), self.report)
+        log.info("run finished: %s", self.outcome, extra={"event": "run finished",
+                 "detail": True, "outcome": self.outcome, "report": self.report})  # fmt: skip
 
     def write_metrics(self, path: Path) -> None:
         """Prometheus metrics for this run. A file that cannot be written is a warning when

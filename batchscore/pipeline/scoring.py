@@ -190,6 +190,7 @@ def count(stats: RunStats, window: Window, ran: list[np.ndarray]) -> None:
     stats.truncated += encoded.truncated
     stats.chunked += encoded.chunked
     stats.windows += encoded.windows
+    stats.shape.add(encoded.lengths, ran)
 
 
 class Scorer:

@@ -97,27 +97,34 @@ def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
     A shard that fails reading yields one window carrying its error, and no more windows.
     """
     row_filter = RowFilter(job.input.where) if job.input.where is not None else None
-    columns, max_tokens = input_columns(job), job.batching.max_tokens
-    sort = job.batching.sort and task.bucketing
+    columns = input_columns(job)
     failed: set[int] = set()
     for chunk in chunks:
         if chunk.shard.index in failed:
             continue
         try:
             for rows in read_rows(chunk, columns, job.batching.window_rows, row_filter):
-                encoded = task.encode(rows.table)
-                if encoded.errors and job.output.on_error == "fail":
-                    row, message = min(encoded.errors.items())
-                    raise InputDataError(
-                        f"{chunk.shard.path}: row {rows.shard_row(row)}, {message}"
-                    )
-                check_fits(encoded, max_tokens)
-                units, same_as = distinct(encoded)
-                cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=sort)
-                yield Window(chunk, rows, encoded, units, same_as, cut, max_tokens)
+                yield encode_window(job, chunk, rows, task)
         except InputDataError as exc:
             failed.add(chunk.shard.index)
             yield Window(chunk, error=exc)
+
+
+def encode_window(job: Job, chunk: Chunk, rows: Rows, task: Task) -> Window:
+    """Tokenizer + sampler for one window of rows: encoded, repeats found, batches cut.
+
+    Under ``on_error = "fail"`` a row that cannot be encoded fails the window (`InputDataError`).
+    """
+    max_tokens = job.batching.max_tokens
+    encoded = task.encode(rows.table)
+    if encoded.errors and job.output.on_error == "fail":
+        row, message = min(encoded.errors.items())
+        raise InputDataError(f"{chunk.shard.path}: row {rows.shard_row(row)}, {message}")
+    check_fits(encoded, max_tokens)
+    units, same_as = distinct(encoded)
+    sort = job.batching.sort and task.bucketing
+    cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=sort)
+    return Window(chunk, rows, encoded, units, same_as, cut, max_tokens)
 
 
 def sample_rows(job: Job, rows: int) -> pa.Table:

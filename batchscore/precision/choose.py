@@ -27,6 +27,7 @@ import pyarrow as pa
 from batchscore.errors import BookkeepingError, QualityGateError
 from batchscore.job.sections import Job
 from batchscore.models.tasks import generates
+from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.manifest import written_for
 from batchscore.pipeline.executor import resolve_device
@@ -129,26 +130,30 @@ def choose_budget(job: Job, chosen: Trial, table: pa.Table) -> dict[str, Any]:
 
 
 def settle(
-    job: Job, model_path: Path, recorded: dict[str, Any] | None
+    job: Job, model_path: Path, recorded: dict[str, Any] | None, sample: pa.Table | None = None
 ) -> tuple[Job, dict[str, Any] | None, Trial | None]:
     """The job with "auto" settings made concrete and its precision gated.
 
     ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete job,
     the new decision to record (None when there was nothing to decide) and the chosen trial,
     whose loaded model the local engine adopts instead of loading (and calibrating) it again.
+    ``sample``: the rows to measure on (in-memory data); by default the job's first rows.
     """
     if recorded:
         return concrete(job, recorded), None, None
     needs_budget = job.batching.max_tokens == "auto"
     if job.model.precision == "fp32" and not needs_budget:
         return job, None, None
-    table = sample_rows(job, job.quality.sample_rows)
-    chosen, decision = choose_precision(job, model_path, table)
+    table = sample if sample is not None else sample_rows(job, job.quality.sample_rows)
+    wanted = job.model.precision
+    what = "fp32 and every faster precision" if wanted == "auto" else f"fp32 and {wanted}"
+    with stage(f"quality gate: scoring {table.num_rows} rows in {what}", "quality gate done"):
+        chosen, decision = choose_precision(job, model_path, table)
     decision = {"precision": decision}
     if needs_budget:
-        decision["batching"] = choose_budget(job, chosen, table)
+        with stage("max_tokens = auto: timing batch budgets", "budgets timed"):
+            decision["batching"] = choose_budget(job, chosen, table)
         log.info("max_tokens = auto: %s", decision["batching"]["why"])
-    log.info("precision %s: %s", chosen.precision, decision["precision"]["why"])
     return concrete(job, decision), decision, chosen
 
 

@@ -25,11 +25,39 @@ ZERO_POINT = 128
 # 8k-token batches stream every pass through DRAM: measured, that made the quantize/rescale
 # passes cost 2-3x the int8 matmul; chunked, the layer runs ~2x faster.
 CHUNK_ROWS = 1024
+OPS = "torch.ops.onednn.qlinear_prepack, qlinear_pointwise"
 
 
 def int8_available() -> bool:
-    """Whether this build and CPU have the oneDNN int8 linear kernels."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
+    """Whether this build and CPU have working oneDNN int8 linear kernels (probed once)."""
+    return int8_problem() is None
+
+
+@cache
+def int8_problem() -> str | None:
+    """Why int8 cannot run here, or None when it can; probed once per process, at first use.
+
+    ``qlinear_pointwise`` and ``qlinear_prepack`` are private oneDNN ops: a torch upgrade may
+    drop, rename or change them without notice, and their presence alone says nothing about
+    their signature. So the probe runs one tiny `Int8Linear` (the very code path a job runs)
+    and checks its result against float, rather than looking the ops up by name.
+    """
+    if not torch.backends.mkldnn.is_available():
+        return "this torch build has no oneDNN (mkldnn) support"
+    generator = torch.Generator().manual_seed(0)
+    linear = nn.Linear(32, 8)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(8, 32, generator=generator))
+        linear.bias.copy_(torch.randn(8, generator=generator))
+    x = torch.randn(4, 32, generator=generator)
+    try:
+        with torch.inference_mode():
+            got, want = Int8Linear(linear)(x), linear(x)
+    except (AttributeError, RuntimeError, TypeError, NotImplementedError) as exc:
+        return f"its private oneDNN ops ({OPS}) failed on a probe: {type(exc).__name__}: {exc}"
+    if got.shape != want.shape or not torch.allclose(got, want, rtol=0.1, atol=0.2):
+        return f"its private oneDNN ops ({OPS}) gave wrong results on a probe"
+    return None
 
 
 @cache

@@ -19,6 +19,7 @@ from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job
 from batchscore.models.base import Task
 from batchscore.models.tasks import generates, load_task
+from batchscore.observe.progress import stage
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.stages import batches, sample_rows
 from batchscore.precision.int8 import quantize_int8
@@ -77,7 +78,9 @@ def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None
     report = None
     if executor.prepared:  # TorchScript and torch.export models are loaded as they are
         module = executor.prepared[-1]
-        _, report = quantize_int8(module, cut, forward, min_cosine=job.quality.min_cosine)
+        rows = f"int8 calibration: choosing the Linear layers on {table.num_rows} rows"
+        with stage(rows, "int8 calibrated"):
+            _, report = quantize_int8(module, cut, forward, min_cosine=job.quality.min_cosine)
         if not report.quantized and report.sensitivity:  # Linear layers, none good enough
             if not job.quality.accept:
                 raise QualityGateError(

@@ -14,9 +14,9 @@ from typing import get_args
 
 import torch
 
-from batchscore.errors import JobError
+from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import Precision as PrecisionName
-from batchscore.precision.int8_linear import int8_available
+from batchscore.precision.int8_linear import int8_available, int8_problem
 
 
 def bf16_native(device: torch.device) -> bool:
@@ -32,8 +32,13 @@ def fp16_native(device: torch.device) -> bool:
 
 
 def int8_native(device: torch.device) -> bool:
-    """The CPU's oneDNN int8 kernels (see `batchscore.precision.int8_linear`)."""
+    """The CPU's oneDNN int8 kernels (see `batchscore.precision.int8_linear`), when they work."""
     return device.type == "cpu" and int8_available()
+
+
+def int8_missing(device: torch.device) -> str | None:
+    """Why this torch cannot run int8 on the CPU at all (a private op gone or broken)."""
+    return int8_problem() if device.type == "cpu" else None
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class Precision:
     gated: bool = True  # compared with fp32 on the job's rows before it scores them
     generates: bool = True  # text generation may use it
     calibrated: bool = False  # the loaded model is transformed on the job's own rows
+    # why this torch build cannot run it on the device at all (a missing kernel), or None
+    missing: Callable[[torch.device], str | None] = lambda device: None
 
 
 PRECISIONS: dict[str, Precision] = {
@@ -53,7 +60,9 @@ PRECISIONS: dict[str, Precision] = {
     "bf16": Precision(torch.bfloat16, bf16_native),
     # int8's Linear layers go int8 once calibrated; everything else stays float32 (`int8.py`).
     # Its calibration compares output vectors, which generated text does not have.
-    "int8": Precision(torch.float32, int8_native, generates=False, calibrated=True),
+    "int8": Precision(
+        torch.float32, int8_native, generates=False, calibrated=True, missing=int8_missing
+    ),
 }
 # The job file's vocabulary is these names plus "auto" (a choice among them, see `choose`).
 assert set(get_args(PrecisionName)) == {*PRECISIONS, "auto"}, "precision table out of step"
@@ -72,7 +81,17 @@ def available(device: torch.device) -> list[str]:
 
 
 def check_precision(name: str, device: torch.device) -> None:
-    """Refuse a precision the device cannot run well, listing the ones it can."""
+    """Refuse a precision the device cannot run well, listing the ones it can.
+
+    A precision whose kernels this torch build lacks (int8's private oneDNN ops, gone or broken
+    after an upgrade) is a model error (exit 4) naming the torch version; "auto" never picks it.
+    """
+    missing = PRECISIONS[name].missing(device) if name in PRECISIONS else None
+    if missing:
+        raise ModelError(
+            f'[model].precision: "{name}" cannot run with torch {torch.__version__} here: '
+            f"{missing}. Use one of {', '.join(available(device))}"
+        )
     fast = available(device)
     if name not in [*fast, "auto"]:
         raise JobError(

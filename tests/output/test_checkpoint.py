@@ -20,10 +20,12 @@ JOB = Identity("job", "jobs/job.toml", ["/data/in"], PARTS)
 
 
 def write_part(folder: Path, key: str, rows: int = 1) -> dict:
-    """A real Parquet data file at the chunk's name, and its manifest entry."""
+    """A real Parquet data file at the chunk's name, and its commit record."""
     path = folder / part_name(key)
     pq.write_table(pa.table({"x": list(range(rows))}), path)
-    return {"chunk": key, "file": part_name(key), **facts_of(path).as_record()}
+    shard = {"path": "/data/in/s.parquet", "size": 1, "mtime_ns": 1}
+    return {"chunk": key, "file": part_name(key), **facts_of(path).as_record(), "shard": shard,
+            "chunks": 1, "start": 0, "stop": rows, "bad_rows": 0}  # fmt: skip
 
 
 def commit(ckpt: Checkpoint, key: str) -> dict:
@@ -111,5 +113,7 @@ def test_reports_are_pruned_oldest_first(tmp_path: Path, monkeypatch: pytest.Mon
     ckpt = Checkpoint(tmp_path)
     ckpt.prepare()
     for i in range(5):
-        ckpt.save_report(f"_batchscore/runs/2026010{i}T000000.000000Z-1.json", {"n": i})
+        ckpt.save_report(
+            f"_batchscore/runs/2026010{i}T000000.000000Z-1.json", {"n": i, "outcome": "ok"}
+        )
     assert [r["n"] for r in ckpt.reports()] == [4, 3, 2]

@@ -1,0 +1,246 @@
+"""The Python API: `run` a job as the command line does, or `score` a data frame in memory.
+
+Both raise the package's exceptions (`batchscore.errors`, each with the CLI's ``exit_code``),
+never ``SystemExit``. `score` keeps loaded models in this process (`LOADED`), so a notebook that
+scores twice with the same settings loads, gates and calibrates the model once.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import pyarrow as pa
+
+from batchscore.errors import InputDataError, JobError, ShardsFailedError
+from batchscore.frames import Frame
+from batchscore.job.load import apply_overrides, apply_values, job_from_dict, read_job_file
+from batchscore.job.schema import did_you_mean
+from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
+from batchscore.models.base import Task
+from batchscore.models.locate import locate
+from batchscore.models.tasks import input_kinds
+from batchscore.observe.progress import Progress
+from batchscore.observe.report import RunReport
+from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
+from batchscore.pipeline.shards import check_columns
+from batchscore.precision.choose import settle
+from batchscore.precision.load import load_at
+
+__all__ = ["RunReport", "run", "score"]
+D = TypeVar("D")
+Overrides = Mapping[str, Any] | Sequence[str]
+# Job keys `score` takes as options, by section; the others make no sense without files.
+OPTION_SECTIONS = ("model", "batching", "quality", "output", "input")
+NOT_OPTIONS = {
+    "input": {"path", "text", "id", "keep", "where"},
+    "model": {"task", "name", "path"},
+    "output": {"path", "chunk_rows"},
+}
+KEEP_LOADED = 2  # models `score` keeps loaded (each can be hundreds of MB)
+
+
+def run(
+    job: str | PathLike[str] | Mapping[str, Any],
+    *,
+    overrides: Overrides | None = None,
+    restart: bool = False,
+    progress: Literal["bar", "log", "off"] | None = None,
+) -> RunReport:
+    """Score every row of ``job`` not yet committed, as ``batchscore run`` does.
+
+    Args:
+        job: a job file's path, or a dict of its TOML tables (relative paths are then
+            relative to the working directory).
+        overrides: ``{"model.max_length": 128}`` (values as they are), or ``--set`` strings.
+        restart: discard committed output and start over.
+        progress: "bar", "log" (a log line every 10 s) or "off" (the default).
+
+    Raises:
+        JobError: a bad job (naming the file and key); every other `BatchscoreError` as the CLI
+            would exit with it. `ShardsFailedError` when shards failed: the others were
+            committed, and its ``report`` (a `RunReport`) names the failures.
+    """
+    loaded = job_of(job, overrides)
+    if progress not in (None, "bar", "log", "off"):
+        raise JobError(f'run(): progress: expected "bar", "log" or "off", got {progress!r}')
+    try:
+        report = run_job(loaded, restart=restart, progress=progress or "off")
+    except ShardsFailedError as exc:
+        exc.report = RunReport.of(exc.report)
+        raise
+    return RunReport.of(report)
+
+
+def job_of(job: str | PathLike[str] | Mapping[str, Any], overrides: Overrides | None) -> Job:
+    """A validated job from a file or a dict of tables, with overrides applied."""
+    if isinstance(job, str | PathLike):
+        source = Path(job)
+        raw = read_job_file(source)
+    elif isinstance(job, Mapping):
+        source = Path("<job dict>")
+        raw = copy.deepcopy(dict(job))
+        output = raw.get("output")
+        named = isinstance(output, dict) and isinstance(output.get("path"), str)
+        raw.setdefault("name", Path(output["path"]).name if named else "job")
+    else:
+        raise JobError(f"run(): job must be a job file's path or a dict of its tables, got {job!r}")
+    if isinstance(overrides, Mapping):
+        apply_values(raw, overrides, "overrides")
+    elif overrides is not None:
+        if isinstance(overrides, str):
+            raise JobError("run(): overrides: give a dict, or a list of 'section.key=value'")
+        apply_overrides(raw, list(overrides))
+    return job_from_dict(raw, source)
+
+
+def score(
+    data: D, *, task: str, model: str | PathLike[str] | None = None, text: str | None = None,
+    **options: Any,
+) -> D:  # fmt: skip
+    """Score an in-memory table; return the same type with the task's columns added.
+
+    Args:
+        data: a pyarrow Table, a polars DataFrame or a pandas DataFrame.
+        task: embed, classify, generate, summarize or tensor.
+        model: a built-in model's name or a local model's path; the built-in default if None.
+        text: the column a text task reads (default "text").
+        **options: any job key a frame can use, by its name (``precision="int8"``,
+            ``max_tokens=4096``, ``normalize=False``, ``features=["x0", "x1"]``,
+            ``on_error="skip"``), or a whole section as a dict (``batching={...}``).
+
+    Returns:
+        ``data``'s columns unchanged (pandas keeps its index), then the task's columns, one
+        row per input row in input order. Nothing is written to disk.
+
+    Raises:
+        JobError: an unknown option or a bad value (named); a column clash.
+        InputDataError: a missing column, or a row that cannot be scored (named by its row),
+            unless ``on_error="skip"`` (then the row gets nulls and its ``error``).
+        ModelError, QualityGateError: as for a job.
+    """
+    frame = Frame.of(data)
+    job = data_job(task=task, model=model, text=text, options=options)
+    kinds = input_kinds(job.model.task, job.input, job.task)
+    missing = [c for c in kinds if c not in frame.names]
+    if missing:
+        raise InputDataError(
+            f"{MEMORY}: missing column(s) {', '.join(missing)}; it has {', '.join(frame.names)}"
+        )
+    table = frame.arrow(list(kinds))
+    check_columns(MEMORY_SHARD, table.schema, (), kinds)  # each column of the kind it must be
+    ready = load(job, table)
+    written = [f.name for f in ready.task.columns]
+    written += ["error"] if job.output.on_error == "skip" else []
+    clash = [name for name in written if name in frame.names]
+    if clash:
+        raise JobError(
+            f"score(): the data already has column(s) {', '.join(clash)}, which task "
+            f"{task} writes; rename or drop them first"
+        )
+    settled = dataclasses.replace(job, model=ready.job.model, batching=ready.job.batching)
+    scored, _ = score_table(
+        settled, table, task=ready.task, executor=ready.executor,
+        progress=Progress(table.num_rows, "off"),
+    )  # fmt: skip
+    return frame.with_columns(scored)
+
+
+def data_job(
+    *, task: str, model: str | PathLike[str] | None, text: str | None, options: dict[str, Any]
+) -> Job:
+    """The job `score` runs: the task, model and options as a job file would give them."""
+    if task not in TASK_SECTIONS:
+        raise JobError(
+            f"score(): task: expected one of {', '.join(TASK_SECTIONS)}, got {task!r}"
+            f"{did_you_mean(str(task), TASK_SECTIONS)}"
+        )
+    raw: dict[str, Any] = {
+        "name": "score",
+        "input": {"path": MEMORY},
+        "model": {"task": task},
+        "output": {"path": MEMORY},  # never written: score() keeps everything in memory
+    }
+    if text is not None:
+        raw["input"]["text"] = text
+    if model is not None:
+        local = isinstance(model, PathLike) or Path(model).exists()
+        raw["model"]["path" if local else "name"] = str(model)
+    for key, value in options.items():
+        section = option_section(task, key, value)
+        if section == key:
+            raw.setdefault(section, {}).update(value)
+        else:
+            raw.setdefault(section, {})[key] = value
+    return job_from_dict(raw, Path("score()"))
+
+
+def option_section(task: str, key: str, value: Any) -> str:
+    """The job section a `score` option belongs to (itself, for a whole section as a dict)."""
+    sections = (task, *OPTION_SECTIONS)
+    if key in sections and isinstance(value, Mapping):
+        for inner in value:
+            if inner in NOT_OPTIONS.get(key, ()):
+                raise JobError(f"score(): [{key}].{inner} does not apply to in-memory data")
+        return key
+    for name in sections:
+        fields = {f.name for f in dataclasses.fields(SECTIONS[name])}
+        if key in fields - NOT_OPTIONS.get(name, set()):
+            return name
+        if key in fields:
+            raise JobError(
+                f"score(): [{name}].{key} does not apply to in-memory data"
+                + ("; pass it as model=" if key in ("name", "path") else "")
+            )
+    known = sorted(
+        {f.name for n in sections for f in dataclasses.fields(SECTIONS[n])}
+        - {k for n in sections for k in NOT_OPTIONS.get(n, ())}
+    )
+    raise JobError(
+        f"score(): unknown option {key!r}{did_you_mean(key, known)}; the options are job "
+        f"keys: {', '.join(known)}"
+    )
+
+
+@dataclass
+class Ready:
+    """A model loaded for `score`: the concrete job ("auto" settled), its task and executor."""
+
+    job: Job
+    task: Task
+    executor: Executor
+
+
+LOADED: OrderedDict[str, Ready] = OrderedDict()  # settings -> model, least recently used first
+LOADING = threading.Lock()
+
+
+def load(job: Job, table: pa.Table) -> Ready:
+    """The model for these settings: loaded (gated, calibrated on ``table``'s first rows) on
+    first use, then reused for as long as it is among the `KEEP_LOADED` most recently used."""
+    model_path = locate(job.model)
+    key = repr((str(model_path), job.model, job.task, job.input, job.batching, job.quality))
+    with LOADING:
+        if key in LOADED:
+            LOADED.move_to_end(key)
+            return LOADED[key]
+        sample = table.slice(0, job.quality.sample_rows)
+        concrete, _, chosen = settle(job, model_path, None, sample)
+        if chosen is not None and chosen.task is not None:  # the gate's model, ready to use
+            ready = Ready(concrete, chosen.task, chosen.executor)
+        else:
+            executor = Executor(concrete.model)
+            ready = Ready(concrete, load_at(concrete, model_path, executor, sample), executor)
+        LOADED[key] = ready
+        while len(LOADED) > KEEP_LOADED:
+            LOADED.popitem(last=False)
+        return ready

@@ -1,0 +1,57 @@
+"""In-memory input: a table scored like one shard of a job, with nothing read or written on disk.
+
+The rows go through the run's own stages (`stages.encode_window`: tokenizer, repeats, sampler;
+`scoring.Scorer`: the model, out-of-memory splitting, rows back in input order), a window at a
+time, so `batchscore.score` batches, pads and fails rows exactly as a job would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from batchscore.job.sections import Job
+from batchscore.models.base import Task
+from batchscore.observe.progress import Progress
+from batchscore.observe.report import RunStats
+from batchscore.output.pending import Chunk
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.reader import Rows
+from batchscore.pipeline.scoring import Scorer
+from batchscore.pipeline.shards import Shard
+from batchscore.pipeline.stages import Window, encode_window
+
+MEMORY = "the data"  # how messages name the in-memory input: "the data: row 3, column 'text'"
+MEMORY_SHARD = Shard(0, MEMORY, 0, 0)
+
+
+def memory_windows(job: Job, table: pa.Table, task: Task) -> Iterator[Window]:
+    """The table as one chunk's windows of `[batching].window_rows` rows, encoded and cut."""
+    chunk = Chunk(MEMORY_SHARD, 0, 0, table.num_rows, 1)
+    step = job.batching.window_rows
+    for start in range(0, table.num_rows, step):
+        rows = Rows(table.slice(start, step), offset=start, read=min(step, table.num_rows - start))
+        yield encode_window(job, chunk, rows, task)
+
+
+def score_table(
+    job: Job, table: pa.Table, *, task: Task, executor: Executor, progress: Progress
+) -> tuple[pa.Table, RunStats]:
+    """The task's columns (and ``error`` under ``on_error = "skip"``) for every row of
+    ``table``, in its order; a row that fails under ``on_error = "fail"`` raises
+    `InputDataError` naming it. Also returns the counters (tokens, padding) of the work."""
+    stats = RunStats()
+    scorer = Scorer(job, task, executor, stats=stats, progress=progress)
+    parts = []
+    for window in memory_windows(job, table, task):
+        scored = scorer(window)
+        if scored.error is not None:
+            raise scored.error
+        parts.append(scored.table)
+    if not parts:
+        fields = list(task.columns)
+        if job.output.on_error == "skip":
+            fields.append(pa.field("error", pa.string()))
+        return pa.schema(fields).empty_table(), stats
+    return pa.concat_tables(parts), stats

@@ -1,0 +1,226 @@
+"""`batchscore plan`: what a run would do, without running it (and without the model's weights).
+
+The pending chunks come from the commit records (read, never changed); their rows go through
+the run's own reader and `where`, then the task's tokenizer (`models.tokenize`) and the run's
+own sampler (`stages.encode_window`), window by window, so rows, tokens, batches and padding are
+what the run will meet. Above `sample_rows` rows to score, only a seeded random sample of rows
+is tokenized: the token total is then an estimate with a 95% interval, and padding is measured
+by running the sampler on windows drawn from the sampled lengths. The time estimate is
+`pipeline.estimate`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from batchscore.errors import InputDataError
+from batchscore.job.sections import Job
+from batchscore.job.where import RowFilter
+from batchscore.models.tasks import input_kinds
+from batchscore.models.tokenize import Tokenizer, tokenizer_of
+from batchscore.output.checkpoint import Checkpoint, fingerprint
+from batchscore.output.fingerprint import fingerprint_parts
+from batchscore.output.pending import Chunk, pending_work
+from batchscore.pipeline.reader import read_rows
+from batchscore.pipeline.sampler import form_batches, padded_tokens
+from batchscore.pipeline.shards import find_shards, open_shard
+from batchscore.pipeline.stages import encode_window, input_columns
+
+SAMPLE_ROWS = 50_000  # rows tokenized at most; above that, tokens are estimated from a sample
+Z95 = 1.96
+SEED = 0
+
+
+@dataclass
+class Counts:
+    """What the plan counts while it reads."""
+
+    rows: int = 0  # rows that pass `where`
+    filtered: int = 0
+    units: int = 0
+    tokens: int = 0  # exact: every row; sampled: the sample's
+    computed_tokens: int = 0  # tokens of distinct units (repeats are scored once)
+    padded_tokens: int = 0
+    batches: int = 0
+    truncated: int = 0
+    bad_rows: int = 0
+    sampled_rows: int = 0
+    row_tokens: list[int] = field(default_factory=list)  # sampled: tokens of each sampled row
+    unit_sizes: list[int] = field(default_factory=list)  # sampled: lengths + reserve of units
+    failures: list[dict[str, str]] = field(default_factory=list)
+    timing_rows: list[pa.Table] = field(default_factory=list)  # rows for the timed sample
+
+
+def plan_job(
+    job: Job,
+    model_path: Path,
+    *,
+    sample_rows: int = SAMPLE_ROWS,
+    claimed: Job | None = None,
+    timing_rows: int = 0,
+) -> tuple[dict[str, Any], pa.Table | None]:
+    """Everything but the time estimate: input, committed and pending work, tokens, padding;
+    and about ``timing_rows`` rows drawn at random from those to score, to time the model on.
+
+    ``claimed``: the job as a run claims the output with (before "auto" is settled), for the
+    check that the output's committed work was made with the same settings.
+    """
+    ckpt = Checkpoint(job.output.path)
+    kinds = input_kinds(job.model.task, job.input, job.task)
+    shards = find_shards(job.input)
+    todo = pending_work(job.input, kinds=kinds, chunk_rows=job.output.chunk_rows, shards=shards,
+                        ckpt=ckpt, forget=False)  # fmt: skip
+    recorded = ckpt.job()
+    conflict = None
+    parts = json.loads(json.dumps(fingerprint_parts(claimed or job, model_path), default=str))
+    if recorded and recorded["fingerprint"] != fingerprint(parts):  # as `Checkpoint.claim` does
+        conflict = "the output holds work made with other settings: a run refuses (exit 5) "
+        conflict += "unless --restart, which scores every row again"
+    tokenizer = tokenizer_of(job, model_path)
+    to_read = sum(c.rows for c in todo.chunks)
+    fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
+    timing = min(1.0, timing_rows / to_read) if to_read else 0.0
+    counts = count(job, todo.chunks, tokenizer, fraction, timing)
+    kept = [t for t in counts.timing_rows if t.num_rows]
+    timing_table = pa.concat_tables(kept) if kept else None
+    budget = job.batching.max_tokens if isinstance(job.batching.max_tokens, int) else None
+    failing = {f["shard"] for f in todo.failures}  # unreadable footers: no row count
+    planned = {
+        "job": job.name,
+        "output": job.output.path,
+        "model": str(model_path),
+        "shards": len(shards),
+        "input_rows": sum(open_shard(s).metadata.num_rows for s in shards if s.path not in failing),
+        "rows_committed": todo.done_rows,
+        "chunks_committed": todo.done_chunks,
+        "chunks_to_score": len(todo.chunks),
+        "rows_to_read": to_read,
+        "rows_to_score": counts.rows,
+        "filtered": counts.filtered,
+        "where": job.input.where,
+        "tokens": tokens(counts, fraction),
+        "padding": padding(job, counts, fraction, tokenizer),
+        "max_tokens": budget,
+        "truncated": counts.truncated if fraction == 1 else None,
+        "bad_rows": counts.bad_rows if fraction == 1 else None,
+        "failures": todo.failures + counts.failures,
+        "conflict": conflict,
+        "settled": ckpt.settled(),
+    }
+    return planned, timing_table
+
+
+def count(
+    job: Job, chunks: list[Chunk], tokenizer: Tokenizer, fraction: float, timing: float
+) -> Counts:
+    """Read every pending row (the run's reader and `where`); tokenize all of them, or with
+    ``fraction`` < 1 a seeded random sample of them. Keep a random ``timing`` share of the
+    rows too: rows like the run's, for the timed sample (`pipeline.estimate`)."""
+    counts = Counts()
+    rng, pick = np.random.default_rng(SEED), np.random.default_rng(SEED + 1)
+    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
+    columns, failed = input_columns(job), set()
+    for chunk in chunks:
+        if chunk.shard.index in failed:
+            continue
+        try:
+            for rows in read_rows(chunk, columns, job.batching.window_rows, row_filter):
+                counts.rows += rows.table.num_rows
+                counts.filtered += rows.read - rows.table.num_rows
+                kept = np.flatnonzero(pick.random(rows.table.num_rows) < timing)
+                counts.timing_rows.append(rows.table.take(kept))
+                if fraction >= 1:
+                    add_window(counts, job, chunk, rows, tokenizer)
+                    continue
+                picked = np.flatnonzero(rng.random(rows.table.num_rows) < fraction)
+                add_sample(counts, tokenizer, rows.table.take(picked))
+        except InputDataError as exc:  # the run would fail this shard alone, as here
+            failed.add(chunk.shard.index)
+            counts.failures.append({"shard": chunk.shard.path, "error": str(exc)})
+    return counts
+
+
+def add_window(counts: Counts, job: Job, chunk: Chunk, rows: Any, tokenizer: Tokenizer) -> None:
+    """Every row of a window, cut into batches exactly as the run cuts them."""
+    window = encode_window(job, chunk, rows, tokenizer)
+    encoded = window.encoded
+    counts.units += len(encoded.lengths)
+    counts.tokens += int(encoded.lengths.sum())
+    counts.computed_tokens += int(encoded.lengths[window.units].sum())
+    counts.padded_tokens += padded_tokens(encoded.lengths, window.batches)
+    counts.batches += len(window.batches)
+    counts.truncated += encoded.truncated
+    counts.bad_rows += len(encoded.errors)
+
+
+def add_sample(counts: Counts, tokenizer: Tokenizer, table: Any) -> None:
+    """Sampled rows: each row's tokens (0 for a row that cannot be encoded), and unit sizes."""
+    encoded = tokenizer.encode(table)
+    per_row = np.zeros(table.num_rows, dtype=np.int64)
+    np.add.at(per_row, encoded.rows[encoded.owners], encoded.lengths)
+    counts.row_tokens += per_row.tolist()
+    counts.unit_sizes += (encoded.lengths + encoded.reserve).tolist()
+    counts.sampled_rows += table.num_rows
+    counts.bad_rows += len(encoded.errors)
+    counts.truncated += encoded.truncated
+
+
+def tokens(counts: Counts, fraction: float) -> dict[str, Any]:
+    """The token total: exact, or N x the sample's mean with a 95% interval (simple random
+    sample without replacement: the standard error shrinks as the sample nears the whole)."""
+    if fraction >= 1:
+        return {"value": counts.tokens, "exact": True}
+    n, total = len(counts.row_tokens), counts.rows
+    if not n:
+        return {"value": 0, "exact": False, "low": 0, "high": 0, "sampled_rows": 0}
+    values = np.asarray(counts.row_tokens, dtype=np.float64)
+    spread = values.std(ddof=1) if n > 1 else values.mean()
+    error = Z95 * total * spread / math.sqrt(n) * math.sqrt(max(0.0, 1 - n / max(total, 1)))
+    value = total * values.mean()
+    return {
+        "value": round(value),
+        "exact": False,
+        "low": max(0, round(value - error)),
+        "high": round(value + error),
+        "sampled_rows": n,
+        "confidence": 0.95,
+    }
+
+
+def padding(job: Job, counts: Counts, fraction: float, tokenizer: Tokenizer) -> dict[str, Any]:
+    """Padded tokens and efficiency: the run's own batches, or (sampled) the sampler run on
+    windows drawn from the sampled unit lengths, each as large as a run's window."""
+    if fraction >= 1:
+        efficiency = counts.computed_tokens / counts.padded_tokens if counts.padded_tokens else 1.0
+        return {"padded_tokens": counts.padded_tokens, "batches": counts.batches,
+                "efficiency": round(efficiency, 4), "exact": True}  # fmt: skip
+    sizes = np.asarray(counts.unit_sizes, dtype=np.int64)
+    if not len(sizes):
+        return {"padded_tokens": 0, "batches": 0, "efficiency": 1.0, "exact": False}
+    budget = job.batching.max_tokens if isinstance(job.batching.max_tokens, int) else 8192
+    per_row = len(sizes) / max(counts.sampled_rows, 1)
+    window = max(1, round(job.batching.window_rows * per_row))
+    rng = np.random.default_rng(SEED)
+    real = padded = cut = 0
+    draws = max(1, min(8, math.ceil(counts.rows * per_row / window)))
+    for _ in range(draws):
+        drawn = rng.choice(sizes, size=window, replace=True)
+        sort = job.batching.sort and tokenizer.bucketing
+        batches = form_batches(np.minimum(drawn, budget), budget, job.batching.max_rows, sort)
+        real, cut = real + int(drawn.sum()), cut + len(batches)
+        padded += padded_tokens(drawn, batches)
+    efficiency = real / padded if padded else 1.0
+    estimated = tokens(counts, fraction)["value"] / efficiency if efficiency else 0
+    return {
+        "padded_tokens": round(estimated),
+        "batches": round(cut / draws * counts.rows * per_row / window),
+        "efficiency": round(efficiency, 4),
+        "exact": False,
+    }

@@ -1,0 +1,92 @@
+"""`batchscore plan`: a dry run whose counts are the run's own, and whose time is an estimate."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import transformers
+from click.testing import CliRunner
+
+from batchscore.cli import main
+from batchscore.job.load import load_job
+from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.estimate import plan
+
+
+def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make loading any model's weights fail: the plan must not need them."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("plan loaded model weights")
+
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", refuse)
+
+
+def test_an_exact_plan_counts_what_the_run_then_does(embed_job: Path, monkeypatch):
+    sets = ["input.where=\"kind <> 'topic'\""]
+    with monkeypatch.context() as patch:
+        no_weights(patch)
+        planned = plan(load_job(embed_job, sets), timing=False)
+    assert planned["estimate"] == {
+        "wall_s": None,
+        "basis": "no earlier run to go by, and timing is off",
+    }
+    report = run_job(load_job(embed_job, sets))
+    assert planned["rows_to_score"] == report["rows"] and planned["filtered"] == report["filtered"]
+    assert planned["tokens"] == {"value": report["tokens"], "exact": True}
+    assert planned["padding"]["padded_tokens"] == report["padded_tokens"]
+    assert planned["padding"]["batches"] == report["batches"]
+    assert planned["padding"]["efficiency"] == pytest.approx(report["padding_efficiency"], abs=1e-4)
+    assert planned["truncated"] == report["truncated"] and planned["rows_committed"] == 0
+
+    done = plan(load_job(embed_job, sets), timing=False)
+    assert done["rows_committed"] == report["rows"] and done["chunks_to_score"] == 0
+    assert done["estimate"]["wall_s"] == 0.0
+
+
+def test_a_plan_after_a_run_estimates_from_it_and_changes_nothing(embed_job: Path):
+    report = run_job(load_job(embed_job))
+    records = sorted((embed_job.parent / "out/_batchscore/done").iterdir())
+    for record in records[:3]:  # shard 0's chunks (50 + 50 + 20 rows) are to do again
+        record.unlink()
+    planned = plan(load_job(embed_job), timing=False)
+    assert planned["rows_committed"] == 240 and planned["rows_to_score"] == 120
+    estimate = planned["estimate"]
+    assert estimate["basis"].startswith(f"the last run ({report['run_id']})")
+    assert estimate["load_s"] == pytest.approx(report["load_s"], abs=0.01)
+    assert estimate["wall_s"] > estimate["load_s"]
+    (embed_job.parent / "in/docs-001.parquet").touch()  # changed since: the run would redo it
+    again = plan(load_job(embed_job), timing=False)
+    assert again["rows_to_score"] == 240
+    assert len(list((embed_job.parent / "out/_batchscore/done").iterdir())) == 6  # untouched
+
+
+def test_a_big_input_is_sampled_with_an_error_bar(embed_job: Path):
+    exact = plan(load_job(embed_job), timing=False)["tokens"]["value"]
+    sampled = plan(load_job(embed_job), sample_rows=100, timing=False)
+    tokens = sampled["tokens"]
+    assert not tokens["exact"] and 60 <= tokens["sampled_rows"] <= 140
+    assert tokens["low"] <= exact <= tokens["high"]
+    assert tokens["high"] - tokens["low"] < exact  # an interval that says something
+    assert sampled["rows_to_score"] == 360 and 0.5 < sampled["padding"]["efficiency"] <= 1
+
+
+def test_without_a_run_a_timed_sample_gives_the_rate(embed_job: Path):
+    estimate = plan(load_job(embed_job))["estimate"]
+    assert re.match(r"a timed sample on this machine \((\d+) rows, fp32\)", estimate["basis"])
+    assert int(re.search(r"\((\d+) rows", estimate["basis"])[1]) == 360  # all of them: < 512
+    assert estimate["rate"] > 0 and estimate["wall_s"] > estimate["load_s"] > 0
+
+
+def test_plan_command_gates_a_scheduler(embed_job: Path):
+    runner = CliRunner()
+    text = runner.invoke(main, ["plan", str(embed_job), "--no-timing"])
+    assert text.exit_code == 0, text.output
+    assert "rows to score: 360" in text.output and "ESTIMATE: none" in text.output
+    data = json.loads(runner.invoke(main, ["plan", str(embed_job), "--json", "--no-timing"]).output)
+    assert data["tokens"]["exact"] and data["rows_to_score"] == 360
+    over = runner.invoke(main, ["plan", str(embed_job), "--no-timing", "--max-tokens", "100"])
+    assert over.exit_code == 12 and "over the limit" in over.stderr

@@ -1,0 +1,195 @@
+"""The Python API: `batchscore.run` is the CLI's run as a call, `batchscore.score` scores frames
+in memory with the same stages, and `import batchscore` stays cheap."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pytest
+
+import batchscore
+from batchscore import api
+from batchscore.errors import InputDataError, JobError, ShardsFailedError
+from batchscore.precision.int8_linear import int8_available
+from tests.conftest import ROOT, read_output
+
+FAST = {"threads": 1, "max_length": 64}
+
+
+def test_import_is_cheap():
+    """Importing the package loads no torch, transformers, pyarrow or polars."""
+    code = (
+        "import sys, batchscore; heavy = ('torch', 'transformers', 'pyarrow', 'polars', "
+        "'batchscore.api'); print(sorted({m.split('.')[0] for m in sys.modules "
+        "if m.startswith(heavy)}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert set(batchscore.__all__) >= {"run", "score", "RunReport"}
+
+
+def test_run_a_job_file_returns_its_report(embed_job: Path):
+    report = batchscore.run(embed_job, overrides={"model.max_length": 64})
+    assert isinstance(report, batchscore.RunReport)
+    assert report.rows == 360 and report.outcome == "ok" and report.failures == ()
+    assert 0 < report.padding_efficiency <= 1 and report.tokens > 0
+    assert report.rows_per_s > 0 and report.wall_s > 0 and report.precision == "fp32"
+    written = [
+        json.loads(p.read_text()) for p in (embed_job.parent / "out/_batchscore/runs").iterdir()
+    ]
+    assert written[0]["rows"] == report.rows and written[0]["tokens"] == report.tokens
+    again = batchscore.run(str(embed_job), overrides=["model.max_length=64"])
+    assert again.rows == 0 and again.data["rows_already_done"] == 360  # resumed: nothing to do
+    assert "0 rows scored" in str(again)
+    assert batchscore.run(embed_job, overrides={"model.max_length": 64}, restart=True).rows == 360
+
+
+def test_run_a_dict_of_tables(tmp_path: Path, shards: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths are relative to the working directory
+    job = {
+        "input": {"path": "in", "text": "text"},
+        "model": {"task": "embed", **FAST},
+        "batching": {"max_tokens": 2048},
+        "output": {"path": "out/embedded"},
+    }
+    report = batchscore.run(job)
+    assert report.rows == 360 and report.job == "embedded"
+    assert read_output(tmp_path / "out/embedded").num_rows == 360
+    assert job["output"] == {"path": "out/embedded"}  # the caller's dict is left as it was
+
+
+def test_errors_are_the_packages_exceptions_never_system_exit(embed_job: Path, tmp_path: Path):
+    with pytest.raises(JobError, match=r"embed.toml: \[model\]\.precision: expected one of"):
+        batchscore.run(embed_job, overrides={"model.precision": "fp61"})
+    with pytest.raises(JobError, match="job file not found"):
+        batchscore.run(tmp_path / "missing.toml")
+    with pytest.raises(JobError, match=r"<job dict>: \[inptu\]: unknown section"):
+        batchscore.run({"inptu": {}, "model": {"task": "embed"}, "output": {"path": "o"}})
+    with pytest.raises(JobError, match="progress"):
+        batchscore.run(embed_job, progress="loud")
+
+
+def test_failed_shards_raise_with_the_report(embed_job: Path, tmp_path: Path):
+    (tmp_path / "in" / "docs-001.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ShardsFailedError) as caught:
+        batchscore.run(embed_job, overrides={"model.max_length": 64})
+    report = caught.value.report
+    assert isinstance(report, batchscore.RunReport) and caught.value.exit_code == 3
+    assert report.rows == 240 and [f["shard"] for f in report.failures] == [
+        str(tmp_path / "in" / "docs-001.parquet")
+    ]
+
+
+@pytest.fixture(scope="module")
+def texts(small_corpus: pa.Table) -> pa.Table:
+    return small_corpus.slice(0, 48).select(["doc_id", "text", "kind"])
+
+
+def test_score_returns_the_type_it_was_given(texts: pa.Table, tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    arrow = batchscore.score(texts, task="embed", **FAST)
+    assert isinstance(arrow, pa.Table)
+    assert arrow.column_names == ["doc_id", "text", "kind", "embedding"]
+    assert arrow.select(["doc_id", "text", "kind"]).equals(texts)  # input columns untouched
+    vectors = np.asarray(arrow.column("embedding").to_pylist(), dtype=np.float32)
+    assert vectors.shape == (48, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+
+    polars = batchscore.score(pl.from_arrow(texts), task="embed", **FAST)
+    assert isinstance(polars, pl.DataFrame) and polars.columns == arrow.column_names
+    assert np.allclose(np.stack(polars["embedding"].to_list()), vectors, atol=1e-6)
+
+    frame = texts.to_pandas()
+    frame.index = frame.index * 10 + 7  # an index of the caller's own
+    pandas = batchscore.score(frame, task="embed", **FAST)
+    assert isinstance(pandas, pd.DataFrame) and list(pandas.index) == list(frame.index)
+    assert np.allclose(np.stack(pandas["embedding"].to_list()), vectors, atol=1e-6)
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_score_matches_a_job_over_the_same_rows(texts: pa.Table, tmp_path: Path):
+    """The same sampler, executor and model: a frame scores as its rows do in a job."""
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(texts, tmp_path / "in" / "part.parquet")
+    job = {
+        "input": {"path": str(tmp_path / "in"), "text": "text", "id": "doc_id"},
+        "model": {"task": "embed", **FAST},
+        "output": {"path": str(tmp_path / "out")},
+    }
+    batchscore.run(job)
+    from_job = np.asarray(read_output(tmp_path / "out").column("embedding").to_pylist())
+    scored = batchscore.score(texts, task="embed", **FAST)
+    assert np.allclose(np.asarray(scored.column("embedding").to_pylist()), from_job, atol=1e-5)
+
+
+def test_a_loaded_model_is_reused(texts: pa.Table, monkeypatch):
+    loads = []
+    real = api.load_at
+    monkeypatch.setattr(api, "load_at", lambda *a, **k: loads.append(1) or real(*a, **k))
+    api.LOADED.clear()
+    batchscore.score(texts, task="embed", **FAST)
+    batchscore.score(texts.slice(0, 5), task="embed", **FAST, on_error="skip")
+    assert len(loads) == 1  # a second call, even with other row handling, does not reload
+    batchscore.score(texts.slice(0, 5), task="embed", threads=1, max_length=32)
+    assert len(loads) == 2  # another truncation is another model setting
+
+
+def test_bad_rows_fail_or_are_kept_with_their_error(texts: pa.Table):
+    broken = texts.slice(0, 6).set_column(1, "text", pa.array(["a", None, "b", " ", "c", "d"]))
+    with pytest.raises(InputDataError, match=r"the data: row 1, column 'text': text is null"):
+        batchscore.score(broken, task="embed", **FAST)
+    kept = batchscore.score(broken, task="embed", **FAST, on_error="skip")
+    assert kept.column("error").to_pylist()[:4] == [
+        None, "column 'text': text is null", None, "column 'text': text is empty"
+    ]  # fmt: skip
+    assert kept.column("embedding").null_count == 2
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"precison": "fp32"}, r"unknown option 'precison' \(did you mean \"precision\"\?\)"),
+        ({"where": "kind = 'x'"}, r"\[input\]\.where does not apply to in-memory data"),
+        ({"precision": "fp61"}, r"score\(\): \[model\]\.precision: expected one of"),
+        ({"batching": {"max_tokens": 0}}, r"\[batching\]\.max_tokens"),
+    ],
+)
+def test_bad_options_are_named(texts: pa.Table, options, message):
+    with pytest.raises(JobError, match=message):
+        batchscore.score(texts, task="embed", **options)
+
+
+def test_bad_data_is_named(texts: pa.Table):
+    with pytest.raises(JobError, match=r"task: expected one of embed.*did you mean \"embed\""):
+        batchscore.score(texts, task="embedd")
+    with pytest.raises(JobError, match="must be a pyarrow Table, a polars DataFrame or a pandas"):
+        batchscore.score([{"text": "a"}], task="embed")
+    with pytest.raises(InputDataError, match=r"missing column.*body; it has doc_id, text, kind"):
+        batchscore.score(texts, task="embed", text="body")
+    clash = texts.append_column("embedding", pa.array([1] * 48))
+    with pytest.raises(JobError, match=r"already has column.*embedding"):
+        batchscore.score(clash, task="embed", **FAST)
+
+
+@pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
+def test_score_gates_and_calibrates_like_a_job(texts: pa.Table):
+    out = batchscore.score(texts, task="embed", **FAST, precision="int8", sample_rows=32)
+    reference = batchscore.score(texts, task="embed", **FAST)
+    cosines = np.sum(
+        np.asarray(out.column("embedding").to_pylist())
+        * np.asarray(reference.column("embedding").to_pylist()),
+        axis=1,
+    )
+    assert cosines.min() >= 0.98
