@@ -168,7 +168,9 @@ def data_job(
         "name": "score",
         "input": {"path": MEMORY},
         "model": {"task": task},
-        "output": {"path": MEMORY},  # never written: score() keeps everything in memory
+        # never written nor read: score() keeps everything in memory (two names, so the job
+        # is not refused as an output folder that is its own input)
+        "output": {"path": f"{MEMORY} (scores)"},
     }
     if text is not None:
         raw["input"]["text"] = text

@@ -47,7 +47,8 @@ class LocalEngine:
     ) -> None:
         scorer = Scorer(self.job, self.task, self.executor, stats=stats, progress=bar)
         for window in prefetch(windows(self.job, chunks, self.task), depth=2):
-            sink.put(scorer(window))
+            for scored in scorer(window):  # one per chunk the window holds rows of
+                sink.put(scored)
 
     def close(self) -> None:
         """Nothing to release: the model goes with this process."""

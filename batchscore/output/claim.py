@@ -58,15 +58,23 @@ def check_claim(ckpt: Checkpoint, identity: Identity, restart: bool) -> None:
         recorded = ckpt.job()
     except Damaged as exc:
         recorded = repair_claim(ckpt, identity, exc)
-    where = ckpt.output
+    refusal = conflict(ckpt.output, recorded, identity)
+    if refusal is not None:
+        raise refusal
+
+
+def conflict(
+    where: str, recorded: dict[str, Any] | None, identity: Identity
+) -> OutputConflictError | None:
+    """Why a claimed folder, holding ``recorded``'s output, is not this job's (None: it is)."""
     if recorded is None or "inputs" not in recorded:
-        raise OutputConflictError(
+        return OutputConflictError(
             f"{where}: holds committed output without a job record batchscore can read (an "
             "older version's, or a damaged one); run with --restart to replace batchscore's "
             "files there, or point [output].path at a new folder"
         )
     if recorded["inputs"] != identity.inputs:
-        raise OutputConflictError(
+        return OutputConflictError(
             f"{where}: holds the output of another job, {recorded['name']!r} "
             f"({recorded.get('source', 'its job file')}), which reads "
             f"{', '.join(recorded['inputs'])}; give this job its own [output].path, or run "
@@ -75,11 +83,12 @@ def check_claim(ckpt: Checkpoint, identity: Identity, restart: bool) -> None:
     if recorded["fingerprint"] != identity.fingerprint:
         keys = set(identity.parts) | set(recorded["parts"])
         changed = sorted(k for k in keys if identity.parts.get(k) != recorded["parts"].get(k))
-        raise OutputConflictError(
+        return OutputConflictError(
             f"{where}: committed output was made with other settings "
             f"(changed: {', '.join(changed)}); run with --restart to discard it and start "
             "over, or point [output].path at a new folder"
         )
+    return None
 
 
 def repair_claim(ckpt: Checkpoint, identity: Identity, damage: Damaged) -> dict[str, Any]:

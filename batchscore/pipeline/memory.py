@@ -45,7 +45,7 @@ def score_table(
     scorer = Scorer(job, task, executor, stats=stats, progress=progress)
     parts = []
     for window in memory_windows(job, table, task):
-        scored = scorer(window)
+        (scored,) = scorer(window)  # one chunk: one part
         if scored.error is not None:
             raise scored.error
         parts.append(scored.table)

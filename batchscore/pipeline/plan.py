@@ -11,7 +11,6 @@ by running the sampler on windows drawn from the sampled lengths. The time estim
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,13 +24,14 @@ from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.tasks import input_kinds
 from batchscore.models.tokenize import Tokenizer, tokenizer_of
-from batchscore.output.checkpoint import Checkpoint, fingerprint
-from batchscore.output.fingerprint import fingerprint_parts
+from batchscore.output.checkpoint import Checkpoint, Damaged
+from batchscore.output.claim import conflict as claim_conflict
+from batchscore.output.fingerprint import identity
 from batchscore.output.pending import Chunk, pending_work
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens
 from batchscore.pipeline.shards import find_shards, open_shard
-from batchscore.pipeline.stages import encode_window, input_columns
+from batchscore.pipeline.stages import Window, input_columns, windows
 
 SAMPLE_ROWS = 50_000  # rows tokenized at most; above that, tokens are estimated from a sample
 Z95 = 1.96
@@ -75,14 +75,16 @@ def plan_job(
     ckpt = Checkpoint(job.output.path)
     kinds = input_kinds(job.model.task, job.input, job.task)
     shards = find_shards(job.input)
+    who = identity(claimed or job, model_path)
     todo = pending_work(job.input, kinds=kinds, chunk_rows=job.output.chunk_rows, shards=shards,
-                        ckpt=ckpt, forget=False)  # fmt: skip
-    recorded = ckpt.job()
+                        ckpt=ckpt, fingerprint=who.fingerprint, forget=False)  # fmt: skip
     conflict = None
-    parts = json.loads(json.dumps(fingerprint_parts(claimed or job, model_path), default=str))
-    if recorded and recorded["fingerprint"] != fingerprint(parts):  # as `Checkpoint.claim` does
-        conflict = "the output holds work made with other settings: a run refuses (exit 5) "
-        conflict += "unless --restart, which scores every row again"
+    if ckpt.claimed():  # what a run would refuse (exit 5), or find damaged (the run repairs)
+        try:
+            refusal = claim_conflict(ckpt.output, ckpt.job(), who)
+        except Damaged as exc:
+            refusal = exc
+        conflict = str(refusal) if refusal is not None else None
     tokenizer = tokenizer_of(job, model_path)
     to_read = sum(c.rows for c in todo.chunks)
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
@@ -125,6 +127,19 @@ def count(
     rows too: rows like the run's, for the timed sample (`pipeline.estimate`)."""
     counts = Counts()
     rng, pick = np.random.default_rng(SEED), np.random.default_rng(SEED + 1)
+    if fraction >= 1:  # every row, through the run's own windows: the run's very batches
+        for window in windows(job, chunks, tokenizer):
+            if window.error is not None:  # the run would fail this shard alone, as here
+                counts.failures.append(
+                    {"shard": window.chunk.shard.path, "error": str(window.error)}
+                )
+                continue
+            table = window.table
+            counts.rows += table.num_rows
+            counts.filtered += sum(p.rows.read for p in window.parts) - table.num_rows
+            counts.timing_rows.append(table.take(np.flatnonzero(pick.random(len(table)) < timing)))
+            add_window(counts, window)
+        return counts
     row_filter = RowFilter(job.input.where) if job.input.where is not None else None
     columns, failed = input_columns(job), set()
     for chunk in chunks:
@@ -136,9 +151,6 @@ def count(
                 counts.filtered += rows.read - rows.table.num_rows
                 kept = np.flatnonzero(pick.random(rows.table.num_rows) < timing)
                 counts.timing_rows.append(rows.table.take(kept))
-                if fraction >= 1:
-                    add_window(counts, job, chunk, rows, tokenizer)
-                    continue
                 picked = np.flatnonzero(rng.random(rows.table.num_rows) < fraction)
                 add_sample(counts, tokenizer, rows.table.take(picked))
         except InputDataError as exc:  # the run would fail this shard alone, as here
@@ -147,9 +159,8 @@ def count(
     return counts
 
 
-def add_window(counts: Counts, job: Job, chunk: Chunk, rows: Any, tokenizer: Tokenizer) -> None:
+def add_window(counts: Counts, window: Window) -> None:
     """Every row of a window, cut into batches exactly as the run cuts them."""
-    window = encode_window(job, chunk, rows, tokenizer)
     encoded = window.encoded
     counts.units += len(encoded.lengths)
     counts.tokens += int(encoded.lengths.sum())

@@ -25,7 +25,7 @@ from batchscore.observe.report import RunStats
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import padded_tokens, restore
-from batchscore.pipeline.stages import Scored, Window, batches, windows
+from batchscore.pipeline.stages import Part, Scored, Window, batches, windows
 
 log = logging.getLogger("batchscore")
 
@@ -77,7 +77,7 @@ def run_window(
     its twin's failure).
     """
     encoded, same_as = window.encoded, window.same_as
-    rows_per_unit = window.rows.table.num_rows / max(len(window.units), 1)
+    rows_per_unit = window.table.num_rows / max(len(window.units), 1)
     sizes = encoded.lengths + encoded.reserve
     queue, done, outputs = list(cut), [], []
     failed: dict[int, str] = {}  # unit -> why it has no result
@@ -180,7 +180,7 @@ def count(stats: RunStats, window: Window, ran: list[np.ndarray]) -> None:
     """
     encoded = window.encoded
     units = np.concatenate(ran) if ran else np.empty(0, dtype=np.int64)
-    stats.rows += window.rows.table.num_rows
+    stats.rows += window.table.num_rows
     stats.units += len(encoded.lengths)
     stats.duplicates += len(encoded.lengths) - len(window.units)
     stats.tokens += int(encoded.lengths.sum())
@@ -204,11 +204,13 @@ class Scorer:
         self.budget = Budget(job.batching.max_tokens)
         self.skip = job.output.on_error == "skip"
 
-    def __call__(self, window: Window) -> Scored:
+    def __call__(self, window: Window) -> list[Scored]:
+        """One `Scored` per part of the window, in order: each chunk's output rows, or (under
+        ``on_error = "fail"``) the error of the first row of its shard that failed."""
         if window.error is not None:
-            return Scored(window.chunk, error=window.error)
-        chunk, encoded, rows = window.chunk, window.encoded, window.rows
-        max_tokens = self.budget.for_shard(chunk.shard.index)
+            return [Scored(window.chunk, error=window.error)]
+        encoded = window.encoded
+        max_tokens = self.budget.for_shard(window.chunk.shard.index)
         cut = window.batches
         if max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
             sort = self.job.batching.sort and self.task.bucketing
@@ -223,15 +225,11 @@ class Scorer:
             progress=self.progress,
         )
         if not len(encoded.lengths):
-            self.progress.advance(rows.table.num_rows, 0)
+            self.progress.advance(window.table.num_rows, 0)
         errors = {**encoded.errors, **outcome.errors}
-        if errors and not self.skip:
-            row, message = min(errors.items())
-            error = InputDataError(f"{chunk.shard.path}: row {rows.shard_row(row)}, {message}")
-            return Scored(chunk, error=error)
         columns = {} if outcome.results is None else self.task.finish(encoded, outcome.results)
         table = assemble(
-            rows.table,
+            window.table,
             columns,
             carried=self.job.input.carried,
             fields=self.task.columns,
@@ -240,23 +238,32 @@ class Scorer:
             with_error_column=self.skip,
         )
         count(self.stats, window, outcome.batches)
-        return Scored(chunk, table, self.rejected(window, errors), read=rows.read)
+        return [self.part(window, part, table, errors) for part in window.parts]
+
+    def part(self, window: Window, part: Part, table: pa.Table, errors: dict[int, str]) -> Scored:
+        """A part's rows of the window's output, or its shard's first failed row's error."""
+        own = {r: m for r, m in errors.items() if part.start <= r < part.stop}
+        if own and not self.skip:
+            row, message = min(own.items())
+            return Scored(part.chunk, error=InputDataError(f"{window.where(row)}, {message}"))
+        rows = table.slice(part.start, part.stop - part.start)
+        return Scored(part.chunk, rows, self.rejected(window, part, own), read=part.rows.read)
 
     @property
     def max_rows(self) -> int:
         return self.job.batching.max_rows
 
-    def rejected(self, window: Window, errors: dict[int, str]) -> pa.Table | None:
-        """Rows recorded with an error, listed for `_batchscore/rejected/`."""
+    def rejected(self, window: Window, part: Part, errors: dict[int, str]) -> pa.Table | None:
+        """A part's rows recorded with an error, listed for `_batchscore/rejected/`."""
         if not errors:
             return None
         rows = sorted(errors)
         listing = {
-            "shard": [window.chunk.shard.path] * len(rows),
-            "row": [window.rows.shard_row(r) for r in rows],
+            "shard": [part.chunk.shard.path] * len(rows),
+            "row": [part.rows.shard_row(r - part.start) for r in rows],
         }
         if self.job.input.id:
-            listing["id"] = window.rows.table.column(self.job.input.id).take(rows)
+            listing["id"] = window.table.column(self.job.input.id).take(rows)
         listing["error"] = [errors[r] for r in rows]
         return pa.table(listing)
 
@@ -268,7 +275,7 @@ def score_chunk(job: Job, chunk: Chunk, scorer: Scorer) -> list[Scored]:
     """
     parts = []
     for window in windows(job, [chunk], scorer.task):
-        parts.append(scorer(window))
+        parts += scorer(window)
         if parts[-1].error is not None:
             break
     return parts

@@ -1,10 +1,13 @@
-"""The stages between reader and model for one chunk: rows -> encoded window -> batches.
+"""The stages between reader and model: rows -> encoded window -> batches.
 
     read_rows (reader, `where`) -> task.encode (tokenizer) -> distinct units -> batches (sampler)
 
-`windows` runs them for every pending chunk (in the reader thread); `sample_rows` reads the
-job's first rows through the same reader and filter, for the quality gate and int8 calibration.
-`batches` is the one way rows become batches, wherever they are cut.
+`windows` runs them for every pending chunk (in the reader thread). A window gathers rows from
+consecutive chunks, of any number of shards, until it holds `[batching].window_rows`, so many
+small shards sort and batch as well as one large one; each chunk keeps its own rows (a `Part`)
+and is still committed on its own. `sample_rows` reads the job's first rows through the same
+reader and filter, for the quality gate and int8 calibration. `batches` is the one way rows
+become batches, wherever they are cut.
 """
 
 from __future__ import annotations
@@ -27,17 +30,51 @@ from batchscore.pipeline.shards import find_shards, open_shard
 
 
 @dataclass
-class Window:
-    """Rows of one chunk between reader and model; `error` marks a shard that failed reading."""
+class Part:
+    """One chunk's rows in a window: the window's table rows ``start`` to ``start + rows``."""
 
     chunk: Chunk
-    rows: Rows | None = None
+    rows: Rows
+    start: int = 0
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.rows.table.num_rows
+
+
+@dataclass
+class Window:
+    """Rows of one or more chunks between reader and model, in chunk order; `error` marks the
+    chunk of a shard that failed (its only part, with no rows)."""
+
+    parts: list[Part]
+    table: pa.Table | None = None
     encoded: Encoded | None = None
     units: np.ndarray | None = None  # the units to score: each distinct input once
     same_as: np.ndarray | None = None  # unit -> the identical unit scored for it, if any repeat
     batches: list[np.ndarray] = field(default_factory=list)
     cut_for: int = 0  # the max_tokens the batches were cut for
     error: BatchscoreError | None = None
+
+    @property
+    def chunk(self) -> Chunk:
+        """The first part's chunk (the failed one, for an error window)."""
+        return self.parts[0].chunk
+
+    def part_of(self, row: int) -> Part:
+        """The part a window row belongs to."""
+        return next(p for p in self.parts if p.start <= row < p.stop)
+
+    def where(self, row: int) -> str:
+        """A window row, as messages name it: its shard and the row in that shard."""
+        part = self.part_of(row)
+        return f"{part.chunk.shard.path}: row {part.rows.shard_row(row - part.start)}"
+
+
+def failed(chunk: Chunk, error: BatchscoreError) -> Window:
+    """The window that carries a shard's failure to the committer, in the chunk's place."""
+    empty = Rows(pa.table({}), chunk.start, 0)
+    return Window([Part(chunk, empty)], error=error)
 
 
 @dataclass
@@ -94,37 +131,86 @@ def distinct(encoded: Encoded) -> tuple[np.ndarray, np.ndarray | None]:
 def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
     """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread).
 
-    A shard that fails reading yields one window carrying its error, and no more windows.
+    Rows gather across chunks until a window holds `[batching].window_rows` input rows. A shard
+    that fails reading yields one window carrying its error, after the rows read before it, and
+    no more of its rows.
     """
     row_filter = RowFilter(job.input.where) if job.input.where is not None else None
-    columns = input_columns(job)
-    failed: set[int] = set()
+    columns, size = input_columns(job), job.batching.window_rows
+    gone: set[int] = set()  # shards that failed
+    parts: list[Part] = []
     for chunk in chunks:
-        if chunk.shard.index in failed:
+        if chunk.shard.index in gone:
             continue
         try:
-            for rows in read_rows(chunk, columns, job.batching.window_rows, row_filter):
-                yield encode_window(job, chunk, rows, task)
+            for rows in read_rows(chunk, columns, size, row_filter):
+                if parts and rows.table.schema != parts[-1].rows.table.schema:
+                    yield from combine(job, parts, task, gone)  # one window, one schema
+                    parts = []
+                parts.append(Part(chunk, rows))
+                if sum(p.rows.read for p in parts) >= size:
+                    yield from combine(job, parts, task, gone)
+                    parts = []
         except InputDataError as exc:
-            failed.add(chunk.shard.index)
-            yield Window(chunk, error=exc)
+            yield from combine(job, parts, task, gone)  # what was read before, first
+            parts = []
+            gone.add(chunk.shard.index)
+            yield failed(chunk, exc)
+    yield from combine(job, parts, task, gone)
 
 
-def encode_window(job: Job, chunk: Chunk, rows: Rows, task: Task) -> Window:
-    """Tokenizer + sampler for one window of rows: encoded, repeats found, batches cut.
+def combine(job: Job, parts: list[Part], task: Task, gone: set[int]) -> Iterator[Window]:
+    """One window of ``parts`` (of shards not in ``gone``), encoded and cut. Under
+    ``on_error = "fail"`` a row that cannot be encoded fails its shard alone: its parts leave the
+    window, its failure goes in their place, and the rest is encoded again."""
+    while parts := [p for p in parts if p.chunk.shard.index not in gone]:
+        table = pa.concat_tables([p.rows.table for p in parts]) if len(parts) > 1 else None
+        start = 0
+        for part in parts:
+            part.start, start = start, start + part.rows.table.num_rows
+        window = Window(parts, table if table is not None else parts[0].rows.table)
+        try:
+            yield encode(job, window, task)
+            return
+        except RowError as exc:
+            gone.add(exc.chunk.shard.index)
+            yield failed(exc.chunk, exc)
+        except InputDataError as exc:  # about the columns, not a row: every shard here fails
+            for chunk in dict.fromkeys(p.chunk for p in parts):
+                if chunk.shard.index not in gone:
+                    gone.add(chunk.shard.index)
+                    yield failed(chunk, InputDataError(f"{chunk.shard.path}: {exc}"))
 
-    Under ``on_error = "fail"`` a row that cannot be encoded fails the window (`InputDataError`).
-    """
+
+class RowError(InputDataError):
+    """A row that cannot be encoded under ``on_error = "fail"``; it fails its chunk's shard."""
+
+    def __init__(self, message: str, chunk: Chunk) -> None:
+        super().__init__(message)
+        self.chunk = chunk
+
+
+def encode(job: Job, window: Window, task: Task) -> Window:
+    """Tokenizer + sampler for a window: encoded, repeats found, batches cut; `RowError` for
+    the first row that cannot be encoded under ``on_error = "fail"``."""
     max_tokens = job.batching.max_tokens
-    encoded = task.encode(rows.table)
+    encoded = task.encode(window.table)
     if encoded.errors and job.output.on_error == "fail":
         row, message = min(encoded.errors.items())
-        raise InputDataError(f"{chunk.shard.path}: row {rows.shard_row(row)}, {message}")
+        raise RowError(f"{window.where(row)}, {message}", window.part_of(row).chunk)
     check_fits(encoded, max_tokens)
     units, same_as = distinct(encoded)
     sort = job.batching.sort and task.bucketing
     cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=sort)
-    return Window(chunk, rows, encoded, units, same_as, cut, max_tokens)
+    window.encoded, window.units, window.same_as = encoded, units, same_as
+    window.batches, window.cut_for = cut, max_tokens
+    return window
+
+
+def encode_window(job: Job, chunk: Chunk, rows: Rows, task: Task) -> Window:
+    """One chunk's window of rows, encoded and cut (`InputDataError` under ``on_error =
+    "fail"`` for a row that cannot be encoded): for callers that read rows themselves."""
+    return encode(job, Window([Part(chunk, rows)], rows.table), task)
 
 
 def sample_rows(job: Job, rows: int) -> pa.Table:

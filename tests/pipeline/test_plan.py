@@ -14,6 +14,7 @@ from batchscore.cli import main
 from batchscore.job.load import load_job
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.estimate import plan
+from tests.conftest import record_of
 
 
 def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,8 +50,8 @@ def test_an_exact_plan_counts_what_the_run_then_does(embed_job: Path, monkeypatc
 
 def test_a_plan_after_a_run_estimates_from_it_and_changes_nothing(embed_job: Path):
     report = run_job(load_job(embed_job))
-    records = sorted((embed_job.parent / "out/_batchscore/done").iterdir())
-    for record in records[:3]:  # shard 0's chunks (50 + 50 + 20 rows) are to do again
+    records = [record_of(embed_job.parent / "out", 0, chunk) for chunk in range(3)]
+    for record in records:  # shard 0's chunks (50 + 50 + 20 rows) are to do again
         record.unlink()
     planned = plan(load_job(embed_job), timing=False)
     assert planned["rows_committed"] == 240 and planned["rows_to_score"] == 120
