@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -25,7 +26,7 @@ from batchscore.job.load import apply_overrides, apply_values, job_from_dict, re
 from batchscore.job.schema import did_you_mean
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
 from batchscore.models.base import Task
-from batchscore.models.locate import locate
+from batchscore.models.locate import locate, model_identity
 from batchscore.models.tasks import input_kinds
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunReport
@@ -33,8 +34,9 @@ from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
 from batchscore.pipeline.shards import check_columns
-from batchscore.precision.choose import settle
+from batchscore.precision.cache import DecisionCache, user_cache_folder
 from batchscore.precision.load import load_at
+from batchscore.precision.settle import settle
 
 __all__ = ["RunReport", "run", "score"]
 D = TypeVar("D")
@@ -74,7 +76,8 @@ def run(
     if progress not in (None, "bar", "log", "off"):
         raise JobError(f'run(): progress: expected "bar", "log" or "off", got {progress!r}')
     try:
-        report = run_job(loaded, restart=restart, progress=progress or "off")
+        cache = DecisionCache(user_cache_folder(os.environ))
+        report = run_job(loaded, restart=restart, progress=progress or "off", cache=cache)
     except ShardsFailedError as exc:
         exc.report = RunReport.of(exc.report)
         raise
@@ -236,7 +239,10 @@ def load(job: Job, table: pa.Table) -> Ready:
             LOADED.move_to_end(key)
             return LOADED[key]
         sample = table.slice(0, job.quality.sample_rows)
-        concrete, _, chosen = settle(job, model_path, None, sample)
+        cache = DecisionCache(user_cache_folder(os.environ))
+        concrete, _, chosen = settle(
+            job, model_path, None, sample, cache=cache, model_files=model_identity(model_path)
+        )
         if chosen is not None and chosen.task is not None:  # the gate's model, ready to use
             ready = Ready(concrete, chosen.task, chosen.executor)
         else:

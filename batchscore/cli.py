@@ -112,6 +112,7 @@ def run(
 
     from batchscore.observe.report import summary
     from batchscore.pipeline.driver import run_job  # keeps `--help` free of torch imports
+    from batchscore.precision.cache import DecisionCache, user_cache_folder
 
     if progress == "auto":
         progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
@@ -126,6 +127,7 @@ def run(
                 progress=progress,
                 accept_quality=accept_quality,
                 metrics_file=Path(metrics_file) if metrics_file else None,
+                cache=DecisionCache(user_cache_folder(os.environ)),
             )
     except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
         click.echo(summary(exc.report))
@@ -156,24 +158,32 @@ def validate(job: str, overrides: tuple[str, ...]) -> None:
 @main.command()
 @JOB
 @SET
+@click.option("--refresh", is_flag=True, help='Measure every precision again ("auto").')
 @reports_errors
-def check(job: str, overrides: tuple[str, ...]) -> None:
+def check(job: str, overrides: tuple[str, ...], refresh: bool) -> None:
     """Score a sample of JOB's rows in fp32 and at its precision, and report their agreement.
 
-    With precision = "auto", every precision the device supports is measured and the fastest
-    that passes the [quality] gate is named. Exits 8 when the job's precision fails the gate.
+    With precision = "auto", the table this machine measured before (every precision the
+    device supports, timed; kept in the user's cache folder) is shown and its choice gated on
+    JOB's rows; --refresh (or no table yet) measures every precision again. Exits 8 when the
+    job's precision fails the gate.
 
     \b
     Example:
         batchscore check jobs/embed.toml --set model.precision=bf16
-        batchscore check jobs/embed.toml --set model.precision=auto
+        batchscore check jobs/embed.toml --refresh
     """
     from batchscore.errors import QualityGateError
-    from batchscore.models.locate import locate
-    from batchscore.precision.choose import check as check_quality
+    from batchscore.models.locate import locate, model_identity
+    from batchscore.precision.cache import DecisionCache, user_cache_folder
+    from batchscore.precision.settle import check as check_quality
 
     loaded = load(job, overrides)
-    decision, passed = check_quality(loaded, locate(loaded.model))
+    path = locate(loaded.model)
+    cache = DecisionCache(user_cache_folder(os.environ))
+    decision, passed = check_quality(
+        loaded, path, cache=cache, model_files=model_identity(path), refresh=refresh
+    )
     for line in decision.get("trials", []):
         click.echo(f"  {line}")
     click.echo(f"{job}: precision {decision['precision']}: {decision['why']}")

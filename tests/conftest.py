@@ -34,6 +34,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def user_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own user cache folder: what "auto" measured in one test (or on the
+    developer's own runs) never decides another's precision."""
+    folder = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def corpus() -> pa.Table:
     """The real sample corpus (standard-library docstrings and pydoc topics)."""
@@ -75,7 +84,13 @@ def toml_value(value: Any) -> str:
 
 
 def write_job(path: Path, **sections: dict[str, Any]) -> Path:
-    """Write a job file from keyword sections: ``write_job(p, model={"task": "embed"}, ...)``."""
+    """Write a job file from keyword sections: ``write_job(p, model={"task": "embed"}, ...)``.
+
+    Unless a test says otherwise, its job pins fp32 and a fixed token budget: the defaults
+    ("auto", measured on this machine) would make every test slower and its numbers depend on
+    the CPU; the tests of "auto" set it themselves."""
+    sections = {**sections, "model": {"precision": "fp32", **sections.get("model", {})}}
+    sections["batching"] = {"max_tokens": 16384, **sections.get("batching", {})}
     lines = []
     for name, table in sections.items():
         lines.append(f"[{name}]")

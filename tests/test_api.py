@@ -21,7 +21,7 @@ from batchscore.errors import InputDataError, JobError, ShardsFailedError
 from batchscore.precision.int8_linear import int8_available
 from tests.conftest import ROOT, read_output
 
-FAST = {"threads": 1, "max_length": 64}
+FAST = {"threads": 1, "max_length": 64, "precision": "fp32"}
 
 
 def test_import_is_cheap():
@@ -139,10 +139,12 @@ def test_a_loaded_model_is_reused(texts: pa.Table, monkeypatch):
     real = api.load_at
     monkeypatch.setattr(api, "load_at", lambda *a, **k: loads.append(1) or real(*a, **k))
     api.LOADED.clear()
-    batchscore.score(texts, task="embed", **FAST)
-    batchscore.score(texts.slice(0, 5), task="embed", **FAST, on_error="skip")
+    batchscore.score(texts, task="embed", **FAST, max_tokens=16384)
+    batchscore.score(texts.slice(0, 5), task="embed", **FAST, max_tokens=16384, on_error="skip")
     assert len(loads) == 1  # a second call, even with other row handling, does not reload
-    batchscore.score(texts.slice(0, 5), task="embed", threads=1, max_length=32)
+    batchscore.score(
+        texts.slice(0, 5), task="embed", **{**FAST, "max_length": 32}, max_tokens=16384
+    )
     assert len(loads) == 2  # another truncation is another model setting
 
 
@@ -185,7 +187,7 @@ def test_bad_data_is_named(texts: pa.Table):
 
 @pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
 def test_score_gates_and_calibrates_like_a_job(texts: pa.Table):
-    out = batchscore.score(texts, task="embed", **FAST, precision="int8", sample_rows=32)
+    out = batchscore.score(texts, task="embed", **{**FAST, "precision": "int8"}, sample_rows=32)
     reference = batchscore.score(texts, task="embed", **FAST)
     cosines = np.sum(
         np.asarray(out.column("embedding").to_pylist())

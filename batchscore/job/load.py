@@ -32,6 +32,7 @@ from batchscore.job.sections import (
 )
 from batchscore.job.where import where_problem
 
+RAY_MAX_TOKENS = 16384  # a Ray job's budget when it names none (see job_from_dict)
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -148,6 +149,12 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
         found = task_problems(task, inp=inp, model=model, batching=batching)
         problems += [f"{source}: {p}" for p in found]
     if engine == "ray" and model and batching:
+        # "auto" is measured on this machine, not on the actors' hardware: a Ray job that does
+        # not say runs at fp32 with a fixed budget, and one that asks for "auto" is refused
+        given = {**tables.get("model", {}), **tables.get("batching", {})}
+        model = model if "precision" in given else replace(model, precision="fp32")
+        if "max_tokens" not in given:
+            batching = replace(batching, max_tokens=RAY_MAX_TOKENS)
         for key, value in (
             ("[model].precision", model.precision),
             ("[batching].max_tokens", batching.max_tokens),

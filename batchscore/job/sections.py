@@ -43,7 +43,7 @@ class ModelConfig:
     name: str | None = None  # a built-in, or a Hugging Face id found in the local cache
     path: str | None = None
     revision: str | None = None  # of a Hugging Face id: a branch, tag or commit in the cache
-    precision: Precision = "fp32"
+    precision: Precision = "auto"  # the fastest that passes the quality gate, measured here
     device: str = "auto"
     max_length: int | None = field(default=None, metadata={"min": 1})
     threads: int | None = field(default=None, metadata={"min": 1})
@@ -56,7 +56,7 @@ class ModelConfig:
 class BatchingConfig:
     """How rows become batches: the token budget and the window the sampler sorts."""
 
-    max_tokens: int | Literal["auto"] = field(default=16384, metadata={"min": 1})
+    max_tokens: int | Literal["auto"] = field(default="auto", metadata={"min": 1})
     max_rows: int = field(default=512, metadata={"min": 1})
     sort: bool = True
     window_rows: int = field(default=8192, metadata={"min": 1})

@@ -44,7 +44,8 @@ from batchscore.pipeline.run import Run
 from batchscore.pipeline.shards import find_shards
 from batchscore.pipeline.stages import Scored
 from batchscore.pipeline.threads import Sink
-from batchscore.precision.choose import recorded_decision, settle
+from batchscore.precision.cache import DecisionCache
+from batchscore.precision.settle import recorded_decision, settle
 from batchscore.precision.table import check_precision
 from batchscore.storage.retry import Retry
 
@@ -58,6 +59,7 @@ def run_job(
     progress: str = "off",
     accept_quality: bool = False,
     metrics_file: Path | None = None,
+    cache: DecisionCache | None = None,
 ) -> dict[str, Any]:
     """Score every row of the job not yet committed; return the run report.
 
@@ -67,7 +69,8 @@ def run_job(
     exceed `[output].max_bad_share`, and `ShardsFailedError` (after committing every other
     shard, with the report) when some shard could not be read. The run report is written
     whatever happens (unless the run found nothing to do), and so are the Prometheus metrics in
-    ``metrics_file``.
+    ``metrics_file``. ``cache`` keeps what "auto" measured on this machine (see
+    `batchscore.precision.cache`); None measures in every new output folder.
     """
     check_outputs(job)  # an id or keep column named like an output column (exit 2)
     if job.engine == "local":  # refuse a device or precision this machine lacks before any work
@@ -100,6 +103,7 @@ def run_job(
                         model_path=model_path,
                         claim=who.record(),
                         progress=progress,
+                        cache=cache,
                     )
                 judge(job, ckpt, todo, run.failures)
         except ShardsFailedError as exc:
@@ -144,6 +148,7 @@ def score_pending(
     model_path: Path,
     claim: dict[str, Any],
     progress: str,
+    cache: DecisionCache | None,
 ) -> list[dict[str, str]]:
     """Settle what the job leaves to measurement, then stream every pending chunk through the
     engine and the committer; return the shards that failed on the way.
@@ -155,7 +160,8 @@ def score_pending(
     stats = run.stats
     tuning = time.perf_counter()
     recorded = recorded_decision(ckpt, job)
-    job, decision, gated = settle(job, model_path, recorded)
+    model_files = claim["parts"]["model_files"]
+    job, decision, gated = settle(job, model_path, recorded, cache=cache, model_files=model_files)
     stats.tuning_s = time.perf_counter() - tuning
     run.context["settled"] = decision or recorded
     engine = open_engine(job)

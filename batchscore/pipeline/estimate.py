@@ -27,8 +27,8 @@ from batchscore.pipeline.executor import Executor, resolve_device
 from batchscore.pipeline.plan import SAMPLE_ROWS, plan_job
 from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import batches
-from batchscore.precision.choose import concrete
 from batchscore.precision.load import load_at, trial_budget
+from batchscore.precision.settle import concrete
 from batchscore.precision.table import check_precision
 
 # The timed sample: rows drawn at random from those to score, and at most this much model time
