@@ -75,12 +75,13 @@ def plan_job(
     ckpt = Checkpoint(job.output.path)
     kinds = input_kinds(job.model.task, job.input, job.task)
     shards = find_shards(job.input)
+    parts = json.loads(json.dumps(fingerprint_parts(claimed or job, model_path), default=str))
+    expected = fingerprint(parts)
     todo = pending_work(job.input, kinds=kinds, chunk_rows=job.output.chunk_rows, shards=shards,
-                        ckpt=ckpt, forget=False)  # fmt: skip
+                        ckpt=ckpt, fingerprint=expected, forget=False)  # fmt: skip
     recorded = ckpt.job()
     conflict = None
-    parts = json.loads(json.dumps(fingerprint_parts(claimed or job, model_path), default=str))
-    if recorded and recorded["fingerprint"] != fingerprint(parts):  # as `Checkpoint.claim` does
+    if recorded and recorded["fingerprint"] != expected:  # as `Checkpoint.claim` does
         conflict = "the output holds work made with other settings: a run refuses (exit 5) "
         conflict += "unless --restart, which scores every row again"
     tokenizer = tokenizer_of(job, model_path)
