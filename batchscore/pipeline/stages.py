@@ -18,7 +18,7 @@ import pyarrow as pa
 from batchscore.errors import BatchscoreError, InputDataError, JobError
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
-from batchscore.models.base import Encoded, Task
+from batchscore.models.base import Encoded, Encoding, Task
 from batchscore.models.tasks import input_kinds
 from batchscore.output.pending import Chunk, chunks_of
 from batchscore.pipeline.reader import Rows, read_rows
@@ -110,10 +110,11 @@ def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
             yield Window(chunk, error=exc)
 
 
-def encode_window(job: Job, chunk: Chunk, rows: Rows, task: Task) -> Window:
+def encode_window(job: Job, chunk: Chunk, rows: Rows, task: Encoding) -> Window:
     """Tokenizer + sampler for one window of rows: encoded, repeats found, batches cut.
 
-    Under ``on_error = "fail"`` a row that cannot be encoded fails the window (`InputDataError`).
+    ``task`` is the adapter, or (`batchscore plan`) its encoding alone, without weights. Under
+    ``on_error = "fail"`` a row that cannot be encoded fails the window (`InputDataError`).
     """
     max_tokens = job.batching.max_tokens
     encoded = task.encode(rows.table)
