@@ -1,4 +1,5 @@
-"""What every task adapter shares: the `Encoded` window and the `Task` protocol the stages call.
+"""What every task adapter shares: the `Encoded` window, the `Encoding` that makes it and the
+`Task` protocol the stages call.
 
 The pipeline knows nothing else of a model. A task reads its input columns from a window,
 encodes the rows it can (naming the others in ``errors``), scores batches of units, turns the
@@ -45,14 +46,25 @@ class Encoded:
     windows: int = 0
 
 
-class Task(Protocol):
-    """A task adapter. ``columns`` are its output fields; ``inputs`` the input columns it reads."""
+class Encoding(Protocol):
+    """How a task turns a window of rows into units, with no weights behind it.
 
-    columns: list[pa.Field]
+    Built from the model folder's tokenizer, config and stack alone, so `batchscore plan` can
+    count what a run will meet without loading the model; each adapter's `encode` is its
+    encoding's, so the two cannot drift. ``inputs`` are the input columns it reads.
+    """
+
     inputs: tuple[str, ...]
     bucketing: bool  # False: batches by max_rows only (inputs have no length to sort by)
 
     def encode(self, table: pa.Table) -> Encoded: ...
+
+
+class Task(Encoding, Protocol):
+    """A task adapter: its encoding, and the model that scores what it encodes. ``columns`` are
+    its output fields."""
+
+    columns: list[pa.Field]
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> Any: ...
 

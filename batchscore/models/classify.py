@@ -39,10 +39,37 @@ def load_classifier(path: Path, model: ModelConfig, executor: Executor) -> torch
     return executor.prepare(module)
 
 
+class ClassifyEncoding:
+    """classify's encoding: one unit per row, a text or (with `[input].text_pair`) a pair of
+    texts with its segments; with `[model].long_text = "chunk"`, a long text's windows."""
+
+    bucketing = True
+
+    def __init__(
+        self, path: Path, *, model: ModelConfig, options: ClassifyConfig, inp: InputConfig
+    ) -> None:
+        self.encoder = TextEncoder(path, model.max_length, model.trust_remote_code)
+        self.chunk = model.long_text == "chunk"
+        self.inputs = (inp.text, inp.text_pair) if inp.text_pair else (inp.text,)
+
+    def encode(self, table: pa.Table) -> Encoded:
+        """One unit per row (a pair's joint tokens, which the sampler buckets by), or windows."""
+        if len(self.inputs) == 1:
+            texts, rows, errors = text_rows(table, self.inputs[0])
+            return self.encoder.tokens(texts, chunk=self.chunk).encoded(rows, errors)
+        firsts, seconds, rows, errors = pair_rows(table, *self.inputs)
+        tokens = self.encoder.pairs(firsts, seconds, chunk=self.chunk)
+        named = f"columns {self.inputs[0]!r} and {self.inputs[1]!r}"
+        tokens.errors = {t: f"{named}: {m}" for t, m in tokens.errors.items()}
+        if not self.encoder.types:  # a model without segment embeddings (RoBERTa, say)
+            tokens.type_ids = None
+        return tokens.encoded(rows, errors)
+
+
 class ClassifyTask:
     """classify: `label` (string) and `score` (float32), plus `scores` with ``all_scores``."""
 
-    bucketing = True
+    encoding_type = ClassifyEncoding  # the weight-free part (`models.tasks.encoding` builds it)
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
@@ -61,31 +88,21 @@ class ClassifyTask:
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.encoder = TextEncoder(path, model.max_length, model.trust_remote_code)
+        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
+        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.encoder = self.encoding.encoder
         self.model = load_classifier(path, model, executor)
         self.executor = executor
         config = self.model.config
         self.labels = np.array([config.id2label[i] for i in range(config.num_labels)], object)
         self.multi_label = config.problem_type == "multi_label_classification"
         self.all_scores = options.all_scores
-        self.chunk = model.long_text == "chunk"
-        self.inputs = (inp.text, inp.text_pair) if inp.text_pair else (inp.text,)
         self.columns = [pa.field("label", pa.string()), pa.field("score", pa.float32())]
         if self.all_scores:
             self.columns.append(pa.field("scores", pa.list_(pa.float32(), len(self.labels))))
 
     def encode(self, table: pa.Table) -> Encoded:
-        """One unit per row (a pair's joint tokens, which the sampler buckets by), or windows."""
-        if len(self.inputs) == 1:
-            texts, rows, errors = text_rows(table, self.inputs[0])
-            return self.encoder.tokens(texts, chunk=self.chunk).encoded(rows, errors)
-        firsts, seconds, rows, errors = pair_rows(table, *self.inputs)
-        tokens = self.encoder.pairs(firsts, seconds, chunk=self.chunk)
-        named = f"columns {self.inputs[0]!r} and {self.inputs[1]!r}"
-        tokens.errors = {t: f"{named}: {m}" for t, m in tokens.errors.items()}
-        if not self.encoder.types:  # a model without segment embeddings (RoBERTa, say)
-            tokens.type_ids = None
-        return tokens.encoded(rows, errors)
+        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         """Probabilities [units, labels], float32 on the host; padding is masked out."""

@@ -4,7 +4,9 @@ A sentence-transformers folder says how in ``modules.json`` (`stack.py`): poolin
 Normalize, and the prompt put before each text. Reading all of it, rather than assuming mean
 pooling, keeps embeddings equal to ``SentenceTransformer(folder).encode``. With
 `[model].long_text = "chunk"`, a long text's windows are scored as units and meet again here:
-their token-weighted mean, then the model's own normalization.
+their token-weighted mean, then the model's own normalization. `StackText` is the stack's text
+side (tokenizer, prompt, windows) without its weights: embed's encoding and extractive
+summarize's read texts through it, and `Embedder` puts the weights behind it.
 """
 
 from __future__ import annotations
@@ -38,34 +40,23 @@ def check_encoder_files(path: Path, *, prompt_name: str | None, allow_pickle: bo
     stack.prompt(prompt_name)
 
 
-class Embedder:
-    """A loaded encoder stack that turns texts into the model's sentence embeddings."""
+class StackText:
+    """How an encoder stack reads texts, without its weights: the Transformer's tokenizer
+    (lowercasing first when the stack says so), the prompt put before every text, and with
+    `[model].long_text = "chunk"` a long text's windows, each led by the prompt."""
 
-    def __init__(
-        self,
-        path: Path,
-        model: ModelConfig,
-        executor: Executor,
-        *,
-        normalize: bool,
-        prompt_name: str | None = None,
-    ) -> None:
-        from transformers import AutoModel
-
-        stack = read_stack(path)
-        self.prompt = stack.prompt(prompt_name)
+    def __init__(self, path: Path, model: ModelConfig, *, prompt_name: str | None = None) -> None:
+        self.stack = read_stack(path)
+        self.prompt = self.stack.prompt(prompt_name)
         self.encoder = TextEncoder(
-            stack.encoder, model.max_length, model.trust_remote_code, lowercase=stack.lowercase
+            self.stack.encoder,
+            model.max_length,
+            model.trust_remote_code,
+            lowercase=self.stack.lowercase,
         )
-        transformer = load_pretrained(AutoModel, stack.encoder, model, executor)
-        module = SentenceEncoder(transformer, stack, model.allow_pickle)
-        self.model = executor.prepare(module)
-        self.executor = executor
-        self.dim = module.dim
-        self.normalize = normalize or stack.normalize
         self.chunk = model.long_text == "chunk"
         self.head, counted = self.encoder.prompt_tokens(self.prompt) if self.prompt else (0, 0)
-        self.skip = 0 if stack.include_prompt else counted  # prompt tokens left out of pooling
+        self.skip = 0 if self.stack.include_prompt else counted  # prompt tokens left out of pooling
         window = self.encoder.max_length - self.encoder.single.specials if self.chunk else 0
         if self.chunk and self.head >= window - overlap(self.encoder.max_length):
             raise ModelError(
@@ -79,11 +70,45 @@ class Embedder:
             texts = [self.prompt + text for text in texts]
         return self.encoder.tokens(texts, chunk=self.chunk, head=self.head)
 
+
+class EmbedEncoding:
+    """embed's encoding: one unit per text (or a long text's windows), as its stack reads it."""
+
+    bucketing = True
+
+    def __init__(
+        self, path: Path, *, model: ModelConfig, options: EmbedConfig, inp: InputConfig
+    ) -> None:
+        self.text = StackText(path, model, prompt_name=options.prompt_name)
+        self.inputs = (inp.text,)
+
+    def encode(self, table: pa.Table) -> Encoded:
+        texts, rows, errors = text_rows(table, self.inputs[0])
+        return self.text.tokens(texts).encoded(rows, errors)
+
+
+class Embedder:
+    """An encoder stack's weights behind its `StackText`: units in, sentence embeddings out."""
+
+    def __init__(
+        self, text: StackText, model: ModelConfig, executor: Executor, *, normalize: bool
+    ) -> None:
+        from transformers import AutoModel
+
+        transformer = load_pretrained(AutoModel, text.stack.encoder, model, executor)
+        module = SentenceEncoder(transformer, text.stack, model.allow_pickle)
+        self.model = executor.prepare(module)
+        self.text = text
+        self.executor = executor
+        self.dim = module.dim
+        self.normalize = normalize or text.stack.normalize
+
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
         """One batch of units through the stack; float32 [units, dim] on the host, before the
         stack's final Normalize (see `combine`)."""
-        input_ids, mask = self.encoder.collate(ids)
-        vectors = self.model(self.executor.tensor(input_ids), self.executor.tensor(mask), self.skip)
+        input_ids, mask = self.text.encoder.collate(ids)
+        tensor = self.executor.tensor
+        vectors = self.model(tensor(input_ids), tensor(mask), self.text.skip)
         return vectors.cpu().numpy()  # the device-to-host copy: a sync point on CUDA
 
     def combine(
@@ -102,7 +127,7 @@ class Embedder:
 class EmbedTask:
     """embed: one `embedding` (fixed_size_list<float32>[dim]) per row."""
 
-    bucketing = True
+    encoding_type = EmbedEncoding  # the weight-free part (`models.tasks.encoding` builds it)
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
@@ -121,15 +146,13 @@ class EmbedTask:
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.embedder = Embedder(
-            path, model, executor, normalize=options.normalize, prompt_name=options.prompt_name
-        )
-        self.inputs = (inp.text,)
+        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
+        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.embedder = Embedder(self.encoding.text, model, executor, normalize=options.normalize)
         self.columns = [pa.field("embedding", pa.list_(pa.float32(), self.embedder.dim))]
 
     def encode(self, table: pa.Table) -> Encoded:
-        texts, rows, errors = text_rows(table, self.inputs[0])
-        return self.embedder.tokens(texts).encoded(rows, errors)
+        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.embedder.forward([encoded.ids[i] for i in batch])

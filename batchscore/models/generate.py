@@ -62,23 +62,44 @@ def read_config(path: Path, trust_remote_code: bool) -> Any:
         raise ModelError(f"{path}: cannot read config.json: {exc}") from exc
 
 
-class Generator:
-    """A loaded generative model that turns prompt id batches into new token ids."""
+class PromptEncoding:
+    """generate's encoding: one prompt per row, cut on the side the architecture continues from
+    (a decoder's start, keeping the end it continues), with room kept for the new tokens."""
+
+    bucketing = True
 
     def __init__(
-        self, path: Path, model: ModelConfig, executor: Executor, decoding: Decoding
+        self, path: Path, *, model: ModelConfig, options: GenerateConfig, inp: InputConfig
     ) -> None:
-        from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
-
         trust = model.trust_remote_code
         kind = generative_kind(read_config(path, trust))
         if kind is None:
             raise ModelError(f"{path}: not a text-generation model (see its config.json)")
         self.seq2seq = kind == "seq2seq"
-        reserve = 0 if self.seq2seq else decoding.max_new_tokens  # decoders share positions
+        self.new_tokens = options.max_new_tokens
+        reserve = 0 if self.seq2seq else self.new_tokens  # decoders share positions
         self.encoder = TextEncoder(path, model.max_length, trust, reserve, not self.seq2seq)
+        self.prompt = Prompt(options.prompt, inp.text)
+        self.inputs = self.prompt.columns
+
+    def encode(self, table: pa.Table) -> Encoded:
+        encoded = self.encoder.encode_rows(*self.prompt.render(table))
+        encoded.reserve = self.new_tokens
+        return encoded
+
+
+class Generator:
+    """A loaded generative model that turns prompt id batches into new token ids."""
+
+    def __init__(
+        self, prompts: PromptEncoding, *, model: ModelConfig, executor: Executor, decoding: Decoding
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+        self.seq2seq = prompts.seq2seq
+        self.encoder = prompts.encoder
         auto = AutoModelForSeq2SeqLM if self.seq2seq else AutoModelForCausalLM
-        module = load_pretrained(auto, path, model, executor, complete=True)
+        module = load_pretrained(auto, prompts.encoder.path, model, executor, complete=True)
         self.model = executor.prepare(module)
         self.executor = executor
         self.decoding = decoding
@@ -126,7 +147,7 @@ class Generator:
 class GenerateTask:
     """generate: `generated` (string), `prompt_tokens`, `generated_tokens`, `finish_reason`."""
 
-    bucketing = True
+    encoding_type = PromptEncoding  # the weight-free part (`models.tasks.encoding` builds it)
     column = "generated"
 
     @staticmethod
@@ -146,9 +167,11 @@ class GenerateTask:
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.generator = Generator(path, model, executor, Decoding.of(options))
-        self.prompt = Prompt(options.prompt, inp.text)
-        self.inputs = self.prompt.columns
+        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
+        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.generator = Generator(
+            self.encoding, model=model, executor=executor, decoding=Decoding.of(options)
+        )
         self.columns = [
             pa.field(self.column, pa.string()),
             pa.field("prompt_tokens", pa.int32()),
@@ -157,9 +180,7 @@ class GenerateTask:
         ]
 
     def encode(self, table: pa.Table) -> Encoded:
-        encoded = self.generator.encoder.encode_rows(*self.prompt.render(table))
-        encoded.reserve = self.generator.decoding.max_new_tokens
-        return encoded
+        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.generator.forward([encoded.ids[i] for i in batch])

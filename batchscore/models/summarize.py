@@ -22,7 +22,7 @@ from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, Sum
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
-from batchscore.models.embed import Embedder
+from batchscore.models.embed import Embedder, StackText
 from batchscore.models.prompt import Prompt
 from batchscore.models.sentences import summary_sentences
 from batchscore.pipeline.executor import Executor
@@ -50,10 +50,43 @@ def select_sentences(vectors: np.ndarray, k: int, diversity: float) -> list[int]
     return sorted(chosen)
 
 
+class SentencesEncoding:
+    """Extractive summarize's encoding: units are a document's sentences (or a long sentence's
+    windows), each owned by its row, read as the encoder's stack reads texts."""
+
+    bucketing = True
+
+    def __init__(
+        self, path: Path, *, model: ModelConfig, options: SummarizeConfig, inp: InputConfig
+    ) -> None:
+        self.text = StackText(path, model)
+        self.max_sentences = options.max_sentences
+        self.whole = model.long_text == "chunk"
+        self.inputs = (inp.text,)
+
+    def encode(self, table: pa.Table) -> Encoded:
+        """Units are sentences (or a long sentence's windows); each unit's owner is its row."""
+        texts, rows, errors = text_rows(table, self.inputs[0])
+        sentences: list[str] = []
+        documents: list[int] = []  # sentence -> its document (position in `texts`)
+        for position, text in enumerate(texts):
+            parts = summary_sentences(text)
+            if not self.whole:
+                parts = parts[: self.max_sentences]
+            sentences += parts
+            documents += [position] * len(parts)
+        tokens = self.text.tokens(sentences)
+        encoded = tokens.encoded(rows, errors)
+        encoded.owners = np.asarray(documents, dtype=np.int64)[tokens.owners]
+        encoded.extra = {"sentences": sentences, "sentence_of": tokens.owners,
+                         "documents": np.asarray(documents, dtype=np.int64)}  # fmt: skip
+        return encoded
+
+
 class SummarizeTask:
     """summarize: one extractive `summary` (string) per row."""
 
-    bucketing = True
+    encoding_type = SentencesEncoding  # the weight-free part (`models.tasks.encoding` builds it)
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: SummarizeConfig) -> dict[str, str]:
@@ -73,29 +106,14 @@ class SummarizeTask:
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.embedder = Embedder(path, model, executor, normalize=True)
+        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
+        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.embedder = Embedder(self.encoding.text, model, executor, normalize=True)
         self.options = options
-        self.whole = model.long_text == "chunk"
-        self.inputs = (inp.text,)
         self.columns = [pa.field("summary", pa.string())]
 
     def encode(self, table: pa.Table) -> Encoded:
-        """Units are sentences (or a long sentence's windows); each unit's owner is its row."""
-        texts, rows, errors = text_rows(table, self.inputs[0])
-        sentences: list[str] = []
-        documents: list[int] = []  # sentence -> its document (position in `texts`)
-        for position, text in enumerate(texts):
-            parts = summary_sentences(text)
-            if not self.whole:
-                parts = parts[: self.options.max_sentences]
-            sentences += parts
-            documents += [position] * len(parts)
-        tokens = self.embedder.tokens(sentences)
-        encoded = tokens.encoded(rows, errors)
-        encoded.owners = np.asarray(documents, dtype=np.int64)[tokens.owners]
-        encoded.extra = {"sentences": sentences, "sentence_of": tokens.owners,
-                         "documents": np.asarray(documents, dtype=np.int64)}  # fmt: skip
-        return encoded
+        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.embedder.forward([encoded.ids[i] for i in batch])

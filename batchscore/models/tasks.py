@@ -1,7 +1,9 @@
 """Task adapters, in one table keyed by `[model].task`; see `batchscore.models.base`.
 
 One task has two adapters: `summarize` is extractive over an encoder (the built-in MiniLM) and
-abstractive over a generative model, told apart by the model's config, never by its name.
+abstractive over a generative model, told apart by the model's config, never by its name. Each
+adapter names its `encoding_type`, the weight-free part its `encode` runs: `encoding` builds
+that part alone, which is all `batchscore plan` loads.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import InputConfig, Job, ModelConfig
-from batchscore.models.base import Task
+from batchscore.models.base import Encoding, Task
 from batchscore.models.classify import ClassifyTask
 from batchscore.models.embed import EmbedTask, check_encoder_files
 from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask, is_generative
@@ -94,10 +96,8 @@ def generates(model: ModelConfig, path: Path) -> bool:
     return model.task == "generate"
 
 
-def load_task(
-    path: Path, *, model: ModelConfig, options: Any, inp: InputConfig, executor: Executor
-) -> Task:
-    """Build the adapter for the job's task around the model at ``path``."""
+def adapter(path: Path, *, model: ModelConfig, options: Any) -> type:
+    """The table's adapter for the job's task; summarize's is chosen by the model's config."""
     if model.task == "summarize":
         if is_generative(path, model.trust_remote_code):
             if model.long_text == "chunk":
@@ -105,12 +105,26 @@ def load_task(
                     f'[model].long_text: "chunk" windows the texts of an encoder; {path} '
                     "generates its summaries, from the start of each text"
                 )
-            return AbstractiveSummarizeTask(
-                path, model=model, options=options, inp=inp, executor=executor
-            )
+            return AbstractiveSummarizeTask
         if options.prompt is not None:
             raise ModelError(
                 f"[summarize].prompt: {path} is an encoder, which summarizes extractively "
                 "and reads no prompt; remove the prompt or use a generative model"
             )
-    return TASKS[model.task](path, model=model, options=options, inp=inp, executor=executor)
+    return TASKS[model.task]
+
+
+def encoding(path: Path, *, model: ModelConfig, options: Any, inp: InputConfig) -> Encoding:
+    """The job's task encoding alone: the tokenizer, config and stack read from ``path``, no
+    weights loaded (what `batchscore plan` counts with). The adapter `load_task` builds runs
+    this same class in its `encode`, so a plan meets the units its run will."""
+    chosen = adapter(path, model=model, options=options)
+    return chosen.encoding_type(path, model=model, options=options, inp=inp)
+
+
+def load_task(
+    path: Path, *, model: ModelConfig, options: Any, inp: InputConfig, executor: Executor
+) -> Task:
+    """Build the adapter for the job's task around the model at ``path``."""
+    chosen = adapter(path, model=model, options=options)
+    return chosen(path, model=model, options=options, inp=inp, executor=executor)

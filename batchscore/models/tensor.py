@@ -71,10 +71,29 @@ def output_rows(out: object, value: bool) -> torch.Tensor:
     return out
 
 
+class FeatureEncoding:
+    """tensor's encoding: each row's features as one float32 matrix row, one unit per row with
+    no length (batches are cut by `[batching].max_rows`). Needs no model file at all."""
+
+    bucketing = False
+
+    def __init__(
+        self, path: Path, *, model: ModelConfig, options: TensorConfig, inp: InputConfig
+    ) -> None:
+        self.num_features = options.num_features
+        self.inputs = tuple(inp.features)
+
+    def encode(self, table: pa.Table) -> Encoded:
+        matrix, rows, errors = feature_matrix(table, self.inputs, self.num_features)
+        n = len(rows)
+        ones = np.ones(n, dtype=np.int64)  # one "token" per row: batches are cut by max_rows
+        return Encoded(ones, np.arange(n, dtype=np.int64), rows, errors, extra={"x": matrix})
+
+
 class TensorTask:
     """tensor: `prediction` (int64 class or float32 value) and `scores` (the raw output row)."""
 
-    bucketing = False
+    encoding_type = FeatureEncoding  # the weight-free part (`models.tasks.encoding` builds it)
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
@@ -93,11 +112,11 @@ class TensorTask:
         inp: InputConfig,
         executor: Executor,
     ) -> None:
+        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
+        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
         self.model = load_model(path, options, executor)
         self.executor = executor
-        self.options = options
         self.value = options.output == "value"
-        self.inputs = tuple(inp.features)
         kind = pa.float32() if self.value else pa.int64()
         self.width = self.output_width(input_width(inp, options))
         scores = pa.list_(pa.float32(), self.width) if self.width else pa.list_(pa.float32())
@@ -120,10 +139,7 @@ class TensorTask:
             ) from exc
 
     def encode(self, table: pa.Table) -> Encoded:
-        matrix, rows, errors = feature_matrix(table, self.inputs, self.options.num_features)
-        n = len(rows)
-        ones = np.ones(n, dtype=np.int64)  # one "token" per row: batches are cut by max_rows
-        return Encoded(ones, np.arange(n, dtype=np.int64), rows, errors, extra={"x": matrix})
+        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         """The raw output rows [rows, k], float32 on the host."""

@@ -1,12 +1,12 @@
 """`batchscore plan`: what a run would do, without running it (and without the model's weights).
 
 The pending chunks come from the commit records (read, never changed); their rows go through
-the run's own reader and `where`, then the task's tokenizer (`models.tokenize`) and the run's
-own sampler (`stages.encode_window`), window by window, so rows, tokens, batches and padding are
-what the run will meet. Above `sample_rows` rows to score, only a seeded random sample of rows
-is tokenized: the token total is then an estimate with a 95% interval, and padding is measured
-by running the sampler on windows drawn from the sampled lengths. The time estimate is
-`pipeline.estimate`'s.
+the run's own reader and `where`, then the task's own encoding, built without its weights
+(`models.tasks.encoding`), and the run's own windows and sampler (`stages.windows`), so rows,
+tokens, batches and padding are what the run will meet. Above `sample_rows` rows to score,
+only a seeded random sample of rows is tokenized: the token total is then an estimate with a
+95% interval, and padding is measured by running the sampler on windows drawn from the sampled
+lengths. The time estimate is `pipeline.estimate`'s.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pyarrow as pa
 from batchscore.errors import InputDataError
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
-from batchscore.models.tasks import input_kinds
-from batchscore.models.tokenize import Tokenizer, tokenizer_of
+from batchscore.models.base import Encoding
+from batchscore.models.tasks import encoding, input_kinds
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.claim import conflict as claim_conflict
 from batchscore.output.fingerprint import identity
@@ -85,11 +85,11 @@ def plan_job(
         except Damaged as exc:
             refusal = exc
         conflict = str(refusal) if refusal is not None else None
-    tokenizer = tokenizer_of(job, model_path)
+    task_encoding = encoding(model_path, model=job.model, options=job.task, inp=job.input)
     to_read = sum(c.rows for c in todo.chunks)
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
     timing = min(1.0, timing_rows / to_read) if to_read else 0.0
-    counts = count(job, todo.chunks, tokenizer, fraction, timing)
+    counts = count(job, todo.chunks, task_encoding, fraction, timing)
     kept = [t for t in counts.timing_rows if t.num_rows]
     timing_table = pa.concat_tables(kept) if kept else None
     budget = job.batching.max_tokens if isinstance(job.batching.max_tokens, int) else None
@@ -108,7 +108,7 @@ def plan_job(
         "filtered": counts.filtered,
         "where": job.input.where,
         "tokens": tokens(counts, fraction),
-        "padding": padding(job, counts, fraction, tokenizer),
+        "padding": padding(job, counts, fraction, task_encoding),
         "max_tokens": budget,
         "truncated": counts.truncated if fraction == 1 else None,
         "bad_rows": counts.bad_rows if fraction == 1 else None,
@@ -120,7 +120,7 @@ def plan_job(
 
 
 def count(
-    job: Job, chunks: list[Chunk], tokenizer: Tokenizer, fraction: float, timing: float
+    job: Job, chunks: list[Chunk], task_encoding: Encoding, fraction: float, timing: float
 ) -> Counts:
     """Read every pending row (the run's reader and `where`); tokenize all of them, or with
     ``fraction`` < 1 a seeded random sample of them. Keep a random ``timing`` share of the
@@ -128,7 +128,7 @@ def count(
     counts = Counts()
     rng, pick = np.random.default_rng(SEED), np.random.default_rng(SEED + 1)
     if fraction >= 1:  # every row, through the run's own windows: the run's very batches
-        for window in windows(job, chunks, tokenizer):
+        for window in windows(job, chunks, task_encoding):
             if window.error is not None:  # the run would fail this shard alone, as here
                 counts.failures.append(
                     {"shard": window.chunk.shard.path, "error": str(window.error)}
@@ -152,7 +152,7 @@ def count(
                 kept = np.flatnonzero(pick.random(rows.table.num_rows) < timing)
                 counts.timing_rows.append(rows.table.take(kept))
                 picked = np.flatnonzero(rng.random(rows.table.num_rows) < fraction)
-                add_sample(counts, tokenizer, rows.table.take(picked))
+                add_sample(counts, task_encoding, rows.table.take(picked))
         except InputDataError as exc:  # the run would fail this shard alone, as here
             failed.add(chunk.shard.index)
             counts.failures.append({"shard": chunk.shard.path, "error": str(exc)})
@@ -171,9 +171,9 @@ def add_window(counts: Counts, window: Window) -> None:
     counts.bad_rows += len(encoded.errors)
 
 
-def add_sample(counts: Counts, tokenizer: Tokenizer, table: Any) -> None:
+def add_sample(counts: Counts, task_encoding: Encoding, table: Any) -> None:
     """Sampled rows: each row's tokens (0 for a row that cannot be encoded), and unit sizes."""
-    encoded = tokenizer.encode(table)
+    encoded = task_encoding.encode(table)
     per_row = np.zeros(table.num_rows, dtype=np.int64)
     np.add.at(per_row, encoded.rows[encoded.owners], encoded.lengths)
     counts.row_tokens += per_row.tolist()
@@ -205,7 +205,7 @@ def tokens(counts: Counts, fraction: float) -> dict[str, Any]:
     }
 
 
-def padding(job: Job, counts: Counts, fraction: float, tokenizer: Tokenizer) -> dict[str, Any]:
+def padding(job: Job, counts: Counts, fraction: float, task_encoding: Encoding) -> dict[str, Any]:
     """Padded tokens and efficiency: the run's own batches, or (sampled) the sampler run on
     windows drawn from the sampled unit lengths, each as large as a run's window."""
     if fraction >= 1:
@@ -223,7 +223,7 @@ def padding(job: Job, counts: Counts, fraction: float, tokenizer: Tokenizer) -> 
     draws = max(1, min(8, math.ceil(counts.rows * per_row / window)))
     for _ in range(draws):
         drawn = rng.choice(sizes, size=window, replace=True)
-        sort = job.batching.sort and tokenizer.bucketing
+        sort = job.batching.sort and task_encoding.bucketing
         batches = form_batches(np.minimum(drawn, budget), budget, job.batching.max_rows, sort)
         real, cut = real + int(drawn.sum()), cut + len(batches)
         padded += padded_tokens(drawn, batches)

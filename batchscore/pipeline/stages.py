@@ -21,7 +21,7 @@ import pyarrow as pa
 from batchscore.errors import BatchscoreError, InputDataError, JobError
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
-from batchscore.models.base import Encoded, Task
+from batchscore.models.base import Encoded, Encoding, Task
 from batchscore.models.tasks import input_kinds
 from batchscore.output.pending import Chunk, chunks_of
 from batchscore.pipeline.reader import Rows, read_rows
@@ -128,7 +128,7 @@ def distinct(encoded: Encoded) -> tuple[np.ndarray, np.ndarray | None]:
     return (first, same_as) if len(first) < len(units) else (units, None)
 
 
-def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
+def windows(job: Job, chunks: list[Chunk], task: Encoding) -> Iterator[Window]:
     """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread).
 
     Rows gather across chunks until a window holds `[batching].window_rows` input rows. A shard
@@ -159,7 +159,7 @@ def windows(job: Job, chunks: list[Chunk], task: Task) -> Iterator[Window]:
     yield from combine(job, parts, task, gone)
 
 
-def combine(job: Job, parts: list[Part], task: Task, gone: set[int]) -> Iterator[Window]:
+def combine(job: Job, parts: list[Part], task: Encoding, gone: set[int]) -> Iterator[Window]:
     """One window of ``parts`` (of shards not in ``gone``), encoded and cut. Under
     ``on_error = "fail"`` a row that cannot be encoded fails its shard alone: its parts leave the
     window, its failure goes in their place, and the rest is encoded again."""
@@ -190,9 +190,10 @@ class RowError(InputDataError):
         self.chunk = chunk
 
 
-def encode(job: Job, window: Window, task: Task) -> Window:
+def encode(job: Job, window: Window, task: Encoding) -> Window:
     """Tokenizer + sampler for a window: encoded, repeats found, batches cut; `RowError` for
-    the first row that cannot be encoded under ``on_error = "fail"``."""
+    the first row that cannot be encoded under ``on_error = "fail"``. ``task`` is the adapter,
+    or (`batchscore plan`) its encoding alone, without weights."""
     max_tokens = job.batching.max_tokens
     encoded = task.encode(window.table)
     if encoded.errors and job.output.on_error == "fail":

@@ -20,7 +20,7 @@ from tests.conftest import read_output, write_job
 
 
 def make_task(path: Path, all_scores: bool = True) -> ClassifyTask:
-    model = ModelConfig(task="classify", max_length=128, threads=1)
+    model = ModelConfig(task="classify", precision="fp32", max_length=128, threads=1)
     options = ClassifyConfig(all_scores=all_scores)
     return ClassifyTask(
         path, model=model, options=options, inp=InputConfig(path=()), executor=Executor(model)

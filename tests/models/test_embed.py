@@ -17,7 +17,7 @@ from batchscore.pipeline.sampler import form_batches, restore
 
 @pytest.fixture(scope="module")
 def task(minilm_path):
-    model = ModelConfig(task="embed", max_length=256)
+    model = ModelConfig(task="embed", precision="fp32", max_length=256)
     return EmbedTask(
         minilm_path,
         model=model,

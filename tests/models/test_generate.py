@@ -30,7 +30,7 @@ MODELS = ["gpt2_path", "t5_path", "bart_path"]
 
 
 def make_task(path: Path, max_length: int = 64, **options) -> GenerateTask:
-    model = ModelConfig(task="generate", max_length=max_length, threads=1)
+    model = ModelConfig(task="generate", precision="fp32", max_length=max_length, threads=1)
     config = GenerateConfig(**{"max_new_tokens": 10, **options})
     return GenerateTask(
         path, model=model, options=config, inp=InputConfig(path=()), executor=Executor(model)
@@ -158,7 +158,7 @@ def test_generative_kind_comes_from_the_config(gpt2_path, t5_path, bart_path, mi
     assert kinds == ["decoder", "seq2seq"]
     assert generative_kind(AutoConfig.from_pretrained(bart_path)) == "seq2seq"
     assert generative_kind(AutoConfig.from_pretrained(minilm_path)) is None
-    model = ModelConfig(task="generate")
+    model = ModelConfig(task="generate", precision="fp32")
     with pytest.raises(ModelError, match="not a text-generation model"):
         GenerateTask(
             minilm_path,
@@ -232,7 +232,7 @@ def test_int8_is_refused_for_generation_before_anything_is_scored(tmp_path, shar
 
 
 def test_summarize_prompt_with_an_encoder_is_refused(minilm_path):
-    model = ModelConfig(task="summarize", path=str(minilm_path))
+    model = ModelConfig(task="summarize", precision="fp32", path=str(minilm_path))
     options = dataclasses.replace(SummarizeConfig(), prompt="summarize: {text}")
     with pytest.raises(ModelError, match="reads no prompt"):
         load_task(

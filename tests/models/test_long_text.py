@@ -72,7 +72,7 @@ def run(task, texts: list[str], budget: int = 2048) -> tuple[dict, object]:
 
 
 def make(cls, path: Path, options, **model):
-    config = ModelConfig(task="embed", threads=1, **model)
+    config = ModelConfig(task="embed", precision="fp32", threads=1, **model)
     return cls(
         path, model=config, options=options, inp=InputConfig(path=()), executor=Executor(config)
     )

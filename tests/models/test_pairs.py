@@ -37,7 +37,9 @@ def pairs(small_corpus) -> pa.Table:
 
 
 def make(path: Path, long_text: str = "truncate") -> ClassifyTask:
-    model = ModelConfig(task="classify", max_length=64, threads=1, long_text=long_text)
+    model = ModelConfig(
+        task="classify", precision="fp32", max_length=64, threads=1, long_text=long_text
+    )
     inp = InputConfig(path=(), text="premise", text_pair="hypothesis")
     return ClassifyTask(
         path,

@@ -150,7 +150,7 @@ def test_fragments_that_are_not_sentences():
 
 @pytest.fixture(scope="module")
 def task(minilm_path):
-    model = ModelConfig(task="summarize", threads=1)
+    model = ModelConfig(task="summarize", precision="fp32", threads=1)
     return SummarizeTask(minilm_path, model=model, options=SummarizeConfig(sentences=2),
                          inp=InputConfig(path=()), executor=Executor(model))  # fmt: skip
 

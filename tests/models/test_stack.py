@@ -29,7 +29,7 @@ from tests.models.st_folders import save_st, st_encode, tiny_bert, to_hub_layout
 
 def embed(path: Path, texts: list[str], *, prompt_name=None, normalize=True, **model) -> np.ndarray:
     """batchscore's embeddings of ``texts``, in length-bucketed, padded batches."""
-    config = ModelConfig(task="embed", threads=1, **model)
+    config = ModelConfig(task="embed", precision="fp32", threads=1, **model)
     task = EmbedTask(
         path,
         model=config,

@@ -49,7 +49,7 @@ def test_selection_prefers_central_and_avoids_duplicates():
 
 @pytest.fixture(scope="module")
 def task(minilm_path):
-    model = ModelConfig(task="summarize")
+    model = ModelConfig(task="summarize", precision="fp32")
     options = SummarizeConfig(sentences=2)
     return SummarizeTask(
         minilm_path,

@@ -35,7 +35,7 @@ def options(**keys) -> TensorConfig:
 
 
 def make_task(path: Path, features=FEATURES, **keys) -> TensorTask:
-    model = ModelConfig(task="tensor", path=str(path), threads=1)
+    model = ModelConfig(task="tensor", precision="fp32", path=str(path), threads=1)
     inp = InputConfig(path=(), features=features)
     return TensorTask(path, model=model, options=options(**keys), inp=inp, executor=Executor(model))
 

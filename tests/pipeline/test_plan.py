@@ -14,7 +14,8 @@ from batchscore.cli import main
 from batchscore.job.load import load_job
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.estimate import plan
-from tests.conftest import record_of
+from tests.conftest import record_of, write_job
+from tests.models import tiny
 
 
 def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,6 +25,8 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("plan loaded model weights")
 
     monkeypatch.setattr(transformers.AutoModel, "from_pretrained", refuse)
+    # every model class (a classifier's, a generator's) loads through this one
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", staticmethod(refuse))
 
 
 def test_an_exact_plan_counts_what_the_run_then_does(embed_job: Path, monkeypatch):
@@ -46,6 +49,28 @@ def test_an_exact_plan_counts_what_the_run_then_does(embed_job: Path, monkeypatc
     done = plan(load_job(embed_job, sets), timing=False)
     assert done["rows_committed"] == report["rows"] and done["chunks_to_score"] == 0
     assert done["estimate"]["wall_s"] == 0.0
+
+
+def test_a_pair_job_in_windows_plans_what_its_run_then_does(tmp_path, shards, minilm_path):
+    """Text pairs read in windows (a short text, then a document): the plan reads both columns
+    through the classifier's own encoding, without its weights, and counts what the run does."""
+    model = tiny.bert_classifier(tmp_path / "nli", minilm_path, ["yes", "no"])
+    job = write_job(
+        tmp_path / "pairs.toml",
+        input={"path": "in", "text": "kind", "text_pair": "text", "id": "doc_id"},
+        model={"task": "classify", "path": str(model), "max_length": 64, "long_text": "chunk",
+               "threads": 1},
+        batching={"max_tokens": 4096, "window_rows": 64},
+        output={"path": "out", "chunk_rows": 50},
+    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        no_weights(patch)
+        planned = plan(load_job(job), timing=False)
+    report = run_job(load_job(job))
+    assert planned["rows_to_score"] == report["rows"] == 360 and report["chunked"] > 0
+    assert planned["tokens"] == {"value": report["tokens"], "exact": True}
+    assert planned["padding"]["padded_tokens"] == report["padded_tokens"]
+    assert planned["padding"]["batches"] == report["batches"] > 0
 
 
 def test_a_plan_after_a_run_estimates_from_it_and_changes_nothing(embed_job: Path):
