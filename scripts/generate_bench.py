@@ -1,116 +1,169 @@
-"""Generation throughput with and without length bucketing, side by side in one run.
+"""Generation throughput: static length bucketing vs continuous batching, and what the shared
+prompt prefix's cache saves, side by side in one run.
 
-Both runs score the same prompts (sample-corpus texts cut to ``--max-length`` tokens, so their
-lengths vary from a few tokens to the cut) with the same model and greedy decoding, through the
-whole pipeline (`run_job`), differing only in `[batching].sort`. Each setting runs ``--repeat``
-times, alternating, and the fastest run counts; times exclude model loading. It prints generated
-tokens per second of scoring time and of model time, and checks the outputs are identical.
+The decoder is a toy GPT-2 trained here (scripts/generate_example.py with a prompt template's
+head) to answer "<template head><name>\\n" with a docstring's first sentence and stop, so greedy
+answers range from a few tokens to ``--new-tokens``. The same encoded prompts (sample-corpus
+object names, spread over the corpus) run three ways, in interleaved rounds so a busy machine
+slows each alike:
 
-    python scripts/generate_bench.py --rows 1024
+    static      the sampler's batches (sorted by prompt length) through `generate`
+    continuous  the same order through the scheduler, the template's start computed once
+    no prefix   the scheduler with every prompt computed whole
+
+Times are model time only (no loading, no Parquet). Each round prints its ratios; the summary
+takes each mode's fastest round. Outputs must be identical in all three modes.
+
+    python scripts/generate_bench.py --rows 256 --repeat 2
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+if TYPE_CHECKING:
+    from batchscore.models.base import Encoded
+    from batchscore.models.generate import GenerateTask
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "scripts"))
+
+HEAD = "Write the first sentence of the docstring of the Python object named below.\nName: "
+MODES = ("static", "continuous", "no prefix")
 
 
-def write_job(folder: Path, model: Path, args: argparse.Namespace) -> Path:
-    job = folder / "bench.toml"
-    job.write_text(
-        f"""
-[input]
-path = "in"
-id = "doc_id"
+def load(model: Path, args: argparse.Namespace) -> GenerateTask:
+    from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig
+    from batchscore.models.generate import GenerateTask
+    from batchscore.pipeline.executor import Executor
 
-[model]
-task = "generate"
-path = "{model}"
-max_length = {args.max_length}
-threads = {args.threads}
-
-[batching]
-max_tokens = {args.max_tokens}
-max_rows = {args.max_rows}
-
-[generate]
-max_new_tokens = {args.new_tokens}
-
-[output]
-path = "out"
-"""
+    config = ModelConfig(task="generate", max_length=args.max_length, threads=args.threads)
+    options = GenerateConfig(prompt=HEAD + "{doc_id}\n", max_new_tokens=args.new_tokens)
+    executor = Executor(config)
+    return GenerateTask(
+        model, model=config, options=options, inp=InputConfig(()), executor=executor
     )
-    return job
 
 
-def run(job: Path, sort: bool, attempt: int) -> tuple[dict, pa.Table]:
-    from batchscore.job.load import load_job
-    from batchscore.pipeline.driver import run_job
+def run(
+    task: GenerateTask,
+    encoded: Encoded,
+    order: list[np.ndarray],
+    mode: str,
+    args: argparse.Namespace,
+) -> tuple[float, list, int]:
+    """One mode over every prompt: seconds, each prompt's tokens, prompt tokens read from the
+    shared prefix's cache."""
+    import torch
 
-    out = f"out-{'sorted' if sort else 'unsorted'}-{attempt}"
-    loaded = load_job(job, [f"batching.sort={str(sort).lower()}", f'output.path="{out}"'])
-    report = run_job(loaded)
-    files = sorted((job.parent / out).glob("*.parquet"))
-    return report, pa.concat_tables(pq.read_table(f) for f in files)
+    out: list = [None] * len(encoded.lengths)
+    reused = 0
+    start = time.perf_counter()
+    with torch.inference_mode():
+        if mode == "static":
+            for batch in order:
+                for unit, tokens in zip(batch, task.forward(encoded, batch), strict=True):
+                    out[unit] = tokens
+        else:
+            task.generator.prefixes.last = None  # each round computes the prefix once, afresh
+            units = np.concatenate(order)
+            schedule = task.stream(
+                encoded,
+                units,
+                max_tokens=args.max_tokens,
+                max_rows=args.max_rows,
+                reuse_prefix=mode == "continuous",
+            )
+            for index, tokens in schedule:
+                out[units[index]] = tokens
+            reused = schedule.reused
+    return time.perf_counter() - start, out, reused
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=ROOT / "models" / "toy-gpt2")
     parser.add_argument("--corpus", type=Path, default=ROOT / "data" / "docs")
-    parser.add_argument("--rows", type=int, default=1024)
-    parser.add_argument("--max-length", type=int, default=96)
-    parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--model", type=Path, help="a toy built before (default: train one)")
+    parser.add_argument("--steps", type=int, default=120, help="training steps of the toy")
+    parser.add_argument("--rows", type=int, default=512)
+    parser.add_argument("--max-length", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--max-tokens", type=int, default=8192)
     parser.add_argument("--max-rows", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    if not args.model.is_dir() or not args.corpus.is_dir():
-        sys.exit(f"needs {args.model} and {args.corpus}: run `make setup` first")
+    if not args.corpus.is_dir():
+        sys.exit(f"needs {args.corpus}: run `make setup` first")
+    from generate_example import build
+
+    from batchscore.pipeline.stages import batches
+
     table = pq.read_table(args.corpus, columns=["doc_id", "text"])
-    step = max(table.num_rows // args.rows, 1)  # spread over the corpus: mixed lengths
-    sample = table.take(list(range(0, step * args.rows, step))[: table.num_rows])
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        (folder / "in").mkdir()
-        pq.write_table(sample, folder / "in" / "prompts.parquet")
-        job = write_job(folder, args.model.resolve(), args)
-        results: dict[bool, tuple[dict, pa.Table]] = {}
-        for attempt in range(args.repeat):
-            for sort in (False, True):
-                report, out = run(job, sort, attempt)
-                report["scoring_s"] = report["wall_s"] - report["load_s"]
-                if sort not in results or report["scoring_s"] < results[sort][0]["scoring_s"]:
-                    results[sort] = (report, out)
+        model = args.model or Path(tmp) / "toy-sentences"
+        if args.model is None:
+            loss = build(table, model, steps=args.steps, head=HEAD)
+            print(f"trained the toy decoder: {args.steps} steps, loss {loss:.2f}")
+        task = load(model, args)
+        step = max(table.num_rows // args.rows, 1)  # spread over the corpus: mixed names
+        names = table["doc_id"].to_pylist()[::step][: args.rows]
+        encoded = task.encode(pa.table({"doc_id": names}))
+        units = np.arange(len(encoded.lengths))
+        order = batches(encoded, units, args.max_tokens, max_rows=args.max_rows, sort=True)
+        run(task, encoded, order[:1], "static", args)  # warm-up: first calls pay set-up costs
+        best: dict[str, float] = {}
+        outputs: dict[str, list] = {}
+        reused = 0
+        for round_ in range(args.repeat):
+            times = {}
+            for mode in MODES:
+                times[mode], outputs[mode], used = run(task, encoded, order, mode, args)
+                best[mode] = min(best.get(mode, float("inf")), times[mode])
+                reused = max(reused, used)
+            speedup = times["static"] / times["continuous"]
+            saving = times["no prefix"] / times["continuous"]
+            print(
+                f"round {round_ + 1}: continuous/static {speedup:.2f}x, prefix saving {saving:.2f}x"
+            )
+    lengths = [len(t) for t in outputs["static"]]
+    generated, prompt_tokens = sum(lengths), int(encoded.lengths.sum())
     print(
-        f"{sample.num_rows} prompts, {args.new_tokens} new tokens at most, greedy, "
+        f"{len(names)} prompts ({prompt_tokens:,} tokens, {encoded.lengths.min()}-"
+        f"{encoded.lengths.max()} each), greedy, answers {min(lengths)}-{max(lengths)} tokens "
+        f"(median {statistics.median(lengths):.0f}, max_new_tokens {args.new_tokens}), "
         f"max_tokens {args.max_tokens}, max_rows {args.max_rows}, {args.threads} thread(s), "
-        f"model {args.model.name}"
+        f"fastest of {args.repeat} rounds"
     )
-    heads = [
-        ("sort", 6), ("batches", 8), ("prompt pad eff", 15), ("gen tokens", 11),
-        ("scoring s", 10), ("gen tok/s", 10), ("model s", 8), ("gen tok/s (model)", 18),
-    ]  # fmt: skip
-    print(" ".join(f"{name:>{width}}" for name, width in heads))
-    for sort, (report, out) in results.items():
-        generated = sum(out["generated_tokens"].to_pylist())
-        print(
-            f"{str(sort).lower():>6} {report['batches']:>8} {report['padding_efficiency']:>15.3f} "
-            f"{generated:>11,} {report['scoring_s']:>10.2f} "
-            f"{generated / report['scoring_s']:>10,.0f} "
-            f"{report['model_busy_s']:>8.2f} {generated / report['model_busy_s']:>18,.0f}"
-        )
-    same = results[False][1]["generated"].equals(results[True][1]["generated"])
-    print(f"outputs identical with and without bucketing: {'yes' if same else 'NO'}")
+    print(f"{'mode':>10} {'gen tokens':>11} {'seconds':>8} {'gen tok/s':>10} {'vs static':>10}")
+    for mode in MODES:
+        rate = generated / best[mode]
+        ratio = best["static"] / best[mode]
+        print(f"{mode:>10} {generated:>11,} {best[mode]:>8.2f} {rate:>10,.0f} {ratio:>9.2f}x")
+    print(
+        f"continuous batching: {best['static'] / best['no prefix']:.2f}x static without prefix "
+        f"reuse, {best['static'] / best['continuous']:.2f}x with it"
+    )
+    print(
+        f"prefix reuse alone: {reused:,} of {prompt_tokens:,} prompt tokens "
+        f"({reused / prompt_tokens:.0%}) read from the cache, "
+        f"{best['no prefix'] / best['continuous']:.2f}x the speed without it"
+    )
+    same = all(
+        [t.tolist() for t in outputs[m]] == [t.tolist() for t in outputs["static"]] for m in MODES
+    )
+    print(f"outputs identical in all three modes: {'yes' if same else 'NO'}")
 
 
 if __name__ == "__main__":

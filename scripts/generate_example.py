@@ -12,6 +12,7 @@ text.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 
@@ -43,8 +44,18 @@ def train_bpe(texts: list[str], specials: list[str], template: str | None = None
     return tok
 
 
-def build(table: pa.Table, out: Path, steps: int = 60, seed: int = 0) -> float:
-    """Train and save the toy into ``out``; return its final training loss (nats per token)."""
+def first_sentence(text: str) -> str:
+    """A text up to its first sentence end (or blank line): answers from a few words to many."""
+    match = re.search(r"[.!?](\s|$)|\n\s*\n", text)
+    return text[: match.start() + 1] if match else text
+
+
+def build(table: pa.Table, out: Path, steps: int = 60, seed: int = 0, *, head: str = "") -> float:
+    """Train and save the toy into ``out``; return its final training loss (nats per token).
+
+    With ``head`` (a prompt template's start, for scripts/generate_bench.py) the toy learns
+    "<head><name>\n<first sentence><EOS>" instead, so it stops at a sentence end.
+    """
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
@@ -52,6 +63,9 @@ def build(table: pa.Table, out: Path, steps: int = 60, seed: int = 0) -> float:
     hf_logging.set_verbosity_error()  # no notes about training-only config keys
     docs = [f"{n}\n{t[:600]}" for n, t in zip(table["doc_id"].to_pylist(),
                                                table["text"].to_pylist(), strict=True)]  # fmt: skip
+    if head:
+        docs = [f"{head}{d.split(chr(10), 1)[0]}\n{first_sentence(d.split(chr(10), 1)[1])}"
+                for d in docs]  # fmt: skip
     tok = train_bpe(docs[::3], [END], vocab=1000)
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=END, eos_token=END).save_pretrained(out)
     stream = np.concatenate([np.array([*e.ids, 0]) for e in tok.encode_batch(docs)])

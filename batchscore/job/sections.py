@@ -60,6 +60,11 @@ class BatchingConfig:
     max_rows: int = field(default=512, metadata={"min": 1})
     sort: bool = True
     window_rows: int = field(default=8192, metadata={"min": 1})
+    # Decoder-only generation only (other tasks ignore both): rows that finish leave the batch
+    # and waiting rows take their seats, and the prompts' shared start is computed once. Neither
+    # changes a row's output, so neither is part of the fingerprint.
+    continuous: bool = True
+    prefix_cache: bool = True
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ The job decides the strategy and the length (greedy unless it asks for beams or 
 model's ``generation_config.json`` still supplies its constraints (EOS ids, forced BOS/EOS, banned
 n-grams, a beam length penalty). Sampling is done by `RowSampler`, which draws every row's tokens
 from that row's own random stream, seeded by the job's seed and the row's prompt, so a sampled
-output does not depend on which rows share its batch, window, chunk or run.
+output does not depend on which rows share its batch, window, chunk or run. `Picker` chooses tokens
+the same way for the continuous scheduler (`batchscore.models.schedule`), which runs its own loop.
 """
 
 from __future__ import annotations
@@ -59,6 +60,31 @@ def generation_config(base: Any, decoding: Decoding, pad_id: int) -> Any:
     return config
 
 
+# Generation-config keys that change nothing `Picker` and the scheduler's loop do differently from
+# `generate` with `generation_config`: token ids, the strategy and length set above, sampling
+# warpers `generate` never applies (`RowSampler` samples), beam-only knobs, cache and output
+# options, metadata. Any other key (a repetition penalty, banned n-grams, forced tokens, stop
+# strings, ...) makes `generate` add a step of its own, so such a model decodes statically.
+LOOP_KEYS = frozenset(
+    {
+        "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",
+        "max_new_tokens", "max_length", "do_sample", "num_beams", "num_return_sequences",
+        "use_cache", "temperature", "top_k", "top_p", "min_p", "top_h", "typical_p",
+        "epsilon_cutoff", "eta_cutoff", "early_stopping", "length_penalty", "num_beam_groups",
+        "diversity_penalty", "low_memory", "cache_implementation", "cache_config",
+        "max_cache_len", "output_attentions", "output_hidden_states", "output_scores",
+        "output_logits", "return_dict_in_generate", "compile_config", "disable_compile",
+        "continuous_batching_config", "_from_model_config", "transformers_version",
+    }
+)  # fmt: skip
+
+
+def loop_decodes_alike(config: Any) -> bool:
+    """Whether the scheduler's own loop chooses the tokens `generate` would with ``config``
+    (a `generation_config` result): greedy or `RowSampler` sampling, and nothing else."""
+    return config.num_beams == 1 and set(config.to_diff_dict()) <= LOOP_KEYS
+
+
 def eos_ids(config: Any) -> set[int]:
     """The token ids that end a sequence, from a GenerationConfig (an int, a list, or none)."""
     eos = config.eos_token_id
@@ -73,6 +99,35 @@ def row_seed(seed: int, prompt: np.ndarray) -> np.random.Generator:
     return np.random.default_rng([seed, int.from_bytes(digest, "little")])
 
 
+def warpers(decoding: Decoding) -> Any:
+    """Temperature, top-k and top-p, as the job sets them (a `LogitsProcessorList`)."""
+    from transformers import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    steps = LogitsProcessorList()
+    if decoding.temperature != 1.0:
+        steps.append(TemperatureLogitsWarper(decoding.temperature))
+    if decoding.top_k:
+        steps.append(TopKLogitsWarper(decoding.top_k))
+    if decoding.top_p < 1.0:
+        steps.append(TopPLogitsWarper(decoding.top_p))
+    return steps
+
+
+def draw(steps: Any, scores: torch.Tensor, streams: list[np.random.Generator]) -> torch.Tensor:
+    """One token per row (a column of ids): the warped distribution inverted at one uniform
+    number from each row's own stream."""
+    scores = steps(None, scores.float())  # the warpers read scores only, never the ids
+    cdf = scores.softmax(dim=-1).cumsum(dim=-1)
+    draws = np.array([s.random() for s in streams], dtype=np.float32)
+    uniform = torch.from_numpy(draws).to(cdf.device).unsqueeze(1) * cdf[:, -1:]
+    return torch.searchsorted(cdf, uniform, right=True).clamp(max=cdf.shape[1] - 1)
+
+
 class RowSampler:
     """A logits processor that samples each row's next token from its own random stream.
 
@@ -82,30 +137,32 @@ class RowSampler:
     """
 
     def __init__(self, decoding: Decoding, prompts: list[np.ndarray]) -> None:
-        from transformers import (
-            LogitsProcessorList,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
-
         self.streams = [row_seed(decoding.seed, p) for p in prompts]
-        self.warpers = LogitsProcessorList()
-        if decoding.temperature != 1.0:
-            self.warpers.append(TemperatureLogitsWarper(decoding.temperature))
-        if decoding.top_k:
-            self.warpers.append(TopKLogitsWarper(decoding.top_k))
-        if decoding.top_p < 1.0:
-            self.warpers.append(TopPLogitsWarper(decoding.top_p))
+        self.warpers = warpers(decoding)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        scores = self.warpers(input_ids, scores.float())
-        cdf = scores.softmax(dim=-1).cumsum(dim=-1)
-        draws = np.array([s.random() for s in self.streams], dtype=np.float32)
-        uniform = torch.from_numpy(draws).to(cdf.device).unsqueeze(1) * cdf[:, -1:]
-        tokens = torch.searchsorted(cdf, uniform, right=True).clamp(max=cdf.shape[1] - 1)
-        onehot = torch.full_like(scores, float("-inf"))
+        tokens = draw(self.warpers, scores, self.streams)
+        onehot = torch.full_like(scores, float("-inf"), dtype=torch.float32)
         return onehot.scatter_(1, tokens, 0.0)
+
+
+class Picker:
+    """Chooses each row's next token from its logits as `generate` does with `RowSampler`:
+    the argmax when greedy, else a draw from the row's own stream (`stream`)."""
+
+    def __init__(self, decoding: Decoding) -> None:
+        self.seed = decoding.seed
+        self.warpers = warpers(decoding) if decoding.do_sample else None
+
+    def stream(self, prompt: np.ndarray) -> np.random.Generator | None:
+        """A row's random stream, started from its prompt; None when decoding is greedy."""
+        return None if self.warpers is None else row_seed(self.seed, prompt)
+
+    def __call__(self, logits: torch.Tensor, streams: list[Any]) -> torch.Tensor:
+        """The next token of each row of ``logits`` (rows x vocabulary)."""
+        if self.warpers is None:
+            return logits.argmax(dim=-1)
+        return draw(self.warpers, logits, streams)[:, 0]
 
 
 def trim(new_tokens: np.ndarray, eos: set[int]) -> np.ndarray:

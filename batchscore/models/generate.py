@@ -21,9 +21,19 @@ from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, Qu
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded
-from batchscore.models.decode import Decoding, RowSampler, eos_ids, generation_config, trim
+from batchscore.models.decode import (
+    Decoding,
+    Picker,
+    RowSampler,
+    eos_ids,
+    generation_config,
+    loop_decodes_alike,
+    trim,
+)
 from batchscore.models.locate import load_pretrained
 from batchscore.models.prompt import Prompt
+from batchscore.models.schedule import Limits, Prefixes, Schedule
+from batchscore.models.seats import Forward, plain_cache
 from batchscore.models.text import TextEncoder
 from batchscore.pipeline.executor import Executor
 
@@ -110,9 +120,33 @@ class Generator:
         self.config = generation_config(module.generation_config, decoding, pad)
         forced = self.config.forced_eos_token_id
         self.forced_eos = {forced} if isinstance(forced, int) else set(forced or [])
+        # Continuous batching runs its own decoding loop: only where that loop decodes as
+        # `generate` does (greedy or seeded sampling, no beams, no extra logits steps) over a
+        # plain KV cache whose rows it may move. Seq2seq models and the rest batch statically.
+        self.continuous = (
+            not self.seq2seq and loop_decodes_alike(self.config) and plain_cache(self.model)
+        )
+        self.picker = Picker(decoding)
+        self.prefixes = Prefixes()  # the shared prompt start's cache, kept across windows
+
+    def stream(
+        self, ids: list[np.ndarray], *, max_tokens: int, max_rows: int, reuse_prefix: bool = True
+    ) -> Schedule:
+        """Continuous batching over prompts ``ids``, seated in their order under the budget
+        (only when `continuous`); iterate it for (index into ids, new token ids) as rows end."""
+        limits = Limits(self.eos, self.decoding.max_new_tokens, max_tokens, max_rows)
+        return Schedule(
+            Forward(self.model),
+            ids,
+            picker=self.picker,
+            limits=limits,
+            prefixes=self.prefixes if reuse_prefix else None,
+            cut=self.encoder.max_length,
+        )
 
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
-        """Generate for one batch; returns each row's new token ids (an object array)."""
+        """Generate for one static batch with `generate`; returns each row's new token ids (an
+        object array)."""
         input_ids, mask = self.encoder.collate(ids, left=not self.seq2seq)
         processors = []
         if self.decoding.do_sample:
@@ -184,6 +218,26 @@ class GenerateTask:
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.generator.forward([encoded.ids[i] for i in batch])
+
+    @property
+    def continuous(self) -> bool:
+        """Whether `stream` can run this task's rows: decoder-only generation (see `Generator`)."""
+        return self.generator.continuous
+
+    def stream(
+        self,
+        encoded: Encoded,
+        units: np.ndarray,
+        *,
+        max_tokens: int,
+        max_rows: int,
+        reuse_prefix: bool,
+    ) -> Schedule:
+        """Continuous batching over ``units`` in their order; yields (index into units, tokens)."""
+        ids = [encoded.ids[u] for u in units]
+        return self.generator.stream(
+            ids, max_tokens=max_tokens, max_rows=max_rows, reuse_prefix=reuse_prefix
+        )
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         tokens = [np.asarray(t, dtype=np.int64) for t in results]

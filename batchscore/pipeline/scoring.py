@@ -23,6 +23,7 @@ from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.output.pending import Chunk
+from batchscore.pipeline.continuous import run_stream, streams
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import Part, Scored, Window, batches, windows
@@ -215,15 +216,7 @@ class Scorer:
         if max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
             sort = self.job.batching.sort and self.task.bucketing
             cut = batches(encoded, window.units, max_tokens, max_rows=self.max_rows, sort=sort)
-        outcome = run_window(
-            window,
-            cut,
-            task=self.task,
-            executor=self.executor,
-            budget=self.budget,
-            max_rows=self.max_rows,
-            progress=self.progress,
-        )
+        outcome = self.run(window, cut, max_tokens)
         if not len(encoded.lengths):
             self.progress.advance(window.table.num_rows, 0)
         errors = {**encoded.errors, **outcome.errors}
@@ -248,6 +241,36 @@ class Scorer:
             return Scored(part.chunk, error=InputDataError(f"{window.where(row)}, {message}"))
         rows = table.slice(part.start, part.stop - part.start)
         return Scored(part.chunk, rows, self.rejected(window, part, own), read=part.rows.read)
+
+    def run(self, window: Window, cut: list[np.ndarray], max_tokens: int) -> Outcome:
+        """The window's units through the model: continuously batched where the task can, else
+        (or after an out-of-memory there) in the static batches ``cut``."""
+        if cut and streams(self.task, enabled=self.job.batching.continuous):
+            try:
+                results, prefills = run_stream(
+                    window,
+                    cut,
+                    task=self.task,
+                    executor=self.executor,
+                    limits=(max_tokens, self.max_rows),
+                    reuse_prefix=self.job.batching.prefix_cache,
+                    progress=self.progress,
+                )
+                return Outcome(results, {}, prefills)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                self.executor.release_memory()
+                log.warning("out of memory in continuous batching; this window runs statically")
+        return run_window(
+            window,
+            cut,
+            task=self.task,
+            executor=self.executor,
+            budget=self.budget,
+            max_rows=self.max_rows,
+            progress=self.progress,
+        )
 
     @property
     def max_rows(self) -> int:
