@@ -38,7 +38,7 @@ def run_stream(
     prefilled together in each call, which the run's counters treat as its batches."""
     encoded, same_as = window.encoded, window.same_as
     order = np.concatenate(cut) if cut else np.empty(0, dtype=np.int64)
-    rows_per_unit = window.rows.table.num_rows / max(len(window.units), 1)
+    rows_per_unit = window.table.num_rows / max(len(window.units), 1)
     results = np.empty(len(encoded.lengths), dtype=object)
     max_tokens, max_rows = limits
     schedule = task.stream(

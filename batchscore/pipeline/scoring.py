@@ -246,31 +246,19 @@ class Scorer:
         """The window's units through the model: continuously batched where the task can, else
         (or after an out-of-memory there) in the static batches ``cut``."""
         if cut and streams(self.task, enabled=self.job.batching.continuous):
+            limits, reuse = (max_tokens, self.max_rows), self.job.batching.prefix_cache
             try:
-                results, prefills = run_stream(
-                    window,
-                    cut,
-                    task=self.task,
-                    executor=self.executor,
-                    limits=(max_tokens, self.max_rows),
-                    reuse_prefix=self.job.batching.prefix_cache,
-                    progress=self.progress,
-                )
+                results, prefills = run_stream(window, cut, task=self.task, executor=self.executor,
+                                               limits=limits, reuse_prefix=reuse,
+                                               progress=self.progress)  # fmt: skip
                 return Outcome(results, {}, prefills)
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
                 self.executor.release_memory()
                 log.warning("out of memory in continuous batching; this window runs statically")
-        return run_window(
-            window,
-            cut,
-            task=self.task,
-            executor=self.executor,
-            budget=self.budget,
-            max_rows=self.max_rows,
-            progress=self.progress,
-        )
+        return run_window(window, cut, task=self.task, executor=self.executor, budget=self.budget,
+                          max_rows=self.max_rows, progress=self.progress)  # fmt: skip
 
     @property
     def max_rows(self) -> int:
