@@ -63,8 +63,10 @@ ARGS ?=
 score: setup
 	$(BIN)/batchscore run $(JOB) $(ARGS)
 
+# Two workers, one per core: most tests run the model on one thread, so two side by side halve
+# the suite's time (the slowest tests, Ray's and the kills', wait on subprocesses).
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 # 100 SIGKILLs at random moments of one job, then a check against a clean run (several minutes)
 soak: setup
@@ -72,6 +74,7 @@ soak: setup
 
 bench: setup
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_shards.py
 
 bench-generate: setup
 	$(BIN)/python scripts/generate_bench.py

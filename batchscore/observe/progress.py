@@ -62,6 +62,7 @@ class Progress:
     ) -> None:
         self.mode, self.every_s, self.total = mode, every_s, total_rows
         self.rows, self.tokens = 0.0, 0
+        self.first_batch_at: float | None = None  # wall clock: when the first batch was scored
         self.start = self.last = time.perf_counter()
         self.timeline = Timeline(busy)
         self.redirect: contextlib.AbstractContextManager[Any] | None = None
@@ -72,6 +73,8 @@ class Progress:
             self.bar = tqdm(total=total_rows, unit="row", dynamic_ncols=True)
 
     def advance(self, rows: float, tokens: int) -> None:
+        if self.first_batch_at is None and tokens:
+            self.first_batch_at = time.time()
         self.rows += rows
         self.tokens += tokens
         self.timeline.sample(self.rows, self.tokens)

@@ -37,6 +37,9 @@ class RunStats:
     actors_replaced: int = 0
     retries: int = 0  # transient I/O errors retried (and overcome, unless the run failed)
     started: float = field(default_factory=time.time)
+    # wall clock when the first batch was scored: with the process's own start time, how long a
+    # user waits for the first result (`make bench` measures start-up so)
+    first_batch_at: float | None = None
     wall_s: float = 0.0
     # for the report page: token lengths and batch widths, the run over time, rows per shard
     shape: Shape = field(default_factory=Shape)

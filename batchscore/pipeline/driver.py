@@ -194,7 +194,7 @@ def score_pending(
             engine.score(todo.chunks, sink, bar, stats)
         finally:
             bar.close()
-            stats.timeline = bar.timeline.to_json()
+            stats.timeline, stats.first_batch_at = bar.timeline.to_json(), bar.first_batch_at
             try:
                 sink.close()
             finally:

@@ -1,0 +1,135 @@
+"""Many small shards against one large one: the same rows, side by side in fresh processes.
+
+Windows and batches span shard boundaries (commits stay one per chunk), so a job over thousands
+of one-row shards should run nearly as fast as the same rows in one shard, and many small shards
+should pad as well as one large one. Prints, for each layout, rows/s over the run (medians of
+interleaved rounds), the whole process time, padding efficiency and batches, and the ratios.
+
+    python scripts/bench_shards.py                    # the run recorded in BENCHMARKS.md
+    python scripts/bench_shards.py --rows 400 --repeats 1   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import sample_corpus  # noqa: E402
+
+THREADS = 2
+
+
+def sample(rows: int) -> pa.Table:
+    """Every k-th corpus text (the corpus's long tail kept), ids unique."""
+    corpus = sample_corpus.corpus()
+    step = max(1, corpus.num_rows // rows)
+    return corpus.take(list(range(0, step * rows, step))[:rows])
+
+
+def write_layout(table: pa.Table, folder: Path, shards: int) -> Path:
+    """``table`` as ``shards`` Parquet files of equal size (in order) under ``folder/data``."""
+    data = folder / "data"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    per = -(-table.num_rows // shards)
+    for i in range(shards):
+        pq.write_table(table.slice(i * per, per), data / f"part-{i:05d}.parquet")
+    return data
+
+
+def job_file(folder: Path, data: Path, max_length: int) -> Path:
+    """A fixed precision and budget, so only the shard layout differs between the runs."""
+    text = f"""[input]
+path = "{data}"
+text = "text"
+id = "doc_id"
+[model]
+task = "embed"
+precision = "fp32"
+threads = {THREADS}
+max_length = {max_length}
+[batching]
+max_tokens = 16384
+[output]
+path = "{folder / "out"}"
+"""
+    path = folder / "job.toml"
+    path.write_text(text)
+    return path
+
+
+def run(job: Path) -> dict:
+    """`batchscore run --restart` in a fresh process; its run report and the process time."""
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "batchscore", "run", str(job), "--restart", "--progress",
+               "off"]  # fmt: skip
+    env = {**os.environ, "XDG_CACHE_HOME": str(job.parent.parent / "xdg")}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{job} failed ({done.returncode}):\n{done.stderr}")
+    reports = sorted((job.parent / "out/_batchscore/runs").glob("*.json"))
+    report = json.loads(reports[-1].read_text())
+    return {**report, "process_s": time.perf_counter() - start}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2000, help="rows of the one-row-shard case")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--work", type=Path, default=ROOT / ".bench" / "shards")
+    args = parser.parse_args()
+
+    work, table = args.work, sample(args.rows)
+    small = table.slice(0, min(1000, args.rows))
+    layouts = {  # name: (rows, shards)
+        f"1 shard x {table.num_rows} rows": (table, 1),
+        f"{table.num_rows} shards x 1 row": (table, table.num_rows),
+        f"1 shard x {small.num_rows} rows (pad)": (small, 1),
+        f"50 shards x {small.num_rows // 50} rows (pad)": (small, 50),
+    }
+    jobs = {}
+    for i, (name, (rows, shards)) in enumerate(layouts.items()):
+        folder = work / f"layout-{i}"
+        jobs[name] = job_file(folder, write_layout(rows, folder, shards), args.max_length)
+    runs: dict[str, list[dict]] = {name: [] for name in layouts}
+    for repeat in range(args.repeats):  # interleaved: drifts in machine load hit all alike
+        for name, job in jobs.items():
+            runs[name].append(run(job))
+        print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[name])
+
+    print(f"{os.cpu_count()} cores, {THREADS} threads, fp32, max_tokens 16384, max_length "
+          f"{args.max_length}; medians of {args.repeats} interleaved runs")  # fmt: skip
+    print(f"{'layout':<30} {'rows':>6} {'rows/s':>7} {'process s':>9} {'pad eff':>7} "
+          f"{'batches':>7} {'chunks':>6}")  # fmt: skip
+    for name in layouts:
+        last = runs[name][-1]
+        print(f"{name:<30} {last['rows']:>6} {med(name, 'rows_per_s'):>7.1f} "
+              f"{med(name, 'process_s'):>9.1f} {med(name, 'padding_efficiency'):>7.3f} "
+              f"{last['batches']:>7} {last['chunks_committed']:>6}")  # fmt: skip
+    one, many, big, fifty = list(layouts)
+    print("\nratios:")
+    print(f"  {many} vs {one}, rows/s: {med(many, 'rows_per_s') / med(one, 'rows_per_s'):.2f}x")
+    print(f"  {many} vs {one}, whole process: "
+          f"{med(one, 'process_s') / med(many, 'process_s'):.2f}x")  # fmt: skip
+    pads = med(fifty, "padding_efficiency"), med(big, "padding_efficiency")
+    print(f"  {fifty} vs {big}, padding efficiency: {pads[0]:.3f} vs {pads[1]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
