@@ -16,7 +16,7 @@ from tests.conftest import read_output
 
 
 def test_compile_wraps_the_module_and_keeps_the_eager_one():
-    executor = Executor(ModelConfig(task="embed", device="cpu", compile=True))
+    executor = Executor(ModelConfig(task="embed", precision="fp32", device="cpu", compile=True))
     linear = torch.nn.Linear(4, 2)
     module = executor.prepare(linear)
     assert module is not linear and module._orig_mod is linear  # compiled lazily, on first call
