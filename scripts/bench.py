@@ -175,10 +175,17 @@ def cosines(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(c.min()), float(c.mean())
 
 
-def embeddings(out: Path) -> np.ndarray:
+def embeddings(out: Path, ids: list[str] | None = None) -> np.ndarray:
+    """An output folder's vectors; in the order of ``ids`` when given (output files are named
+    by a digest of their shard's path, so across shards their name order is not input order)."""
     files = sorted(out.glob("*.parquet"))
-    table = pa.concat_tables(pq.read_table(f, columns=["embedding"]) for f in files)
-    return np.array(table["embedding"].to_pylist(), dtype=np.float32)
+    columns = ["embedding"] if ids is None else ["doc_id", "embedding"]
+    table = pa.concat_tables(pq.read_table(f, columns=columns) for f in files)
+    vectors = np.array(table["embedding"].to_pylist(), dtype=np.float32)
+    if ids is None:
+        return vectors
+    row = {doc: i for i, doc in enumerate(table["doc_id"].to_pylist())}
+    return vectors[[row[doc] for doc in ids]]
 
 
 def median(runs: list[dict], key: str) -> float:
@@ -325,13 +332,14 @@ def main() -> None:
     print("\nratios (higher is better for batchscore):")
     for what, ratio in ratios.items():
         print(f"  {what:<46} {ratio:.2f}x")
-    reference = embeddings(jobs["batchscore fp32"].parent / "out")
-    low, mean = cosines(embeddings(jobs["batchscore default"].parent / "out"), reference)
+    ids = table["doc_id"].to_pylist()
+    reference = embeddings(jobs["batchscore fp32"].parent / "out", ids)
+    low, mean = cosines(embeddings(jobs["batchscore default"].parent / "out", ids), reference)
     print(f"  default vs fp32 cosine min / mean: {low:.5f} / {mean:.5f}")
     if native:
-        low, mean = cosines(embeddings(jobs["batchscore bf16"].parent / "out"), reference)
+        low, mean = cosines(embeddings(jobs["batchscore bf16"].parent / "out", ids), reference)
         print(f"  bf16 vs fp32 cosine min / mean: {low:.5f} / {mean:.5f}")
-    low, mean = cosines(embeddings(jobs["batchscore int8"].parent / "out"), reference)
+    low, mean = cosines(embeddings(jobs["batchscore int8"].parent / "out", ids), reference)
     print(f"  int8 vs fp32 cosine min / mean: {low:.5f} / {mean:.5f}")
     print(f"  int8: {runs['batchscore int8'][-1].get('int8', '?')}")
     low, mean = cosines(np.load(work / "st.npy"), reference)
