@@ -48,7 +48,9 @@ def load(model: Path, args: argparse.Namespace) -> GenerateTask:
     from batchscore.models.generate import GenerateTask
     from batchscore.pipeline.executor import Executor
 
-    config = ModelConfig(task="generate", max_length=args.max_length, threads=args.threads)
+    config = ModelConfig(
+        task="generate", precision="fp32", max_length=args.max_length, threads=args.threads
+    )
     options = GenerateConfig(prompt=HEAD + "{doc_id}\n", max_new_tokens=args.new_tokens)
     executor = Executor(config)
     return GenerateTask(
