@@ -217,7 +217,17 @@ def test_an_unwritable_output_folder_is_refused_before_work(job: Path):
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     validate = [sys.executable, "-m", "batchscore", "validate", str(job)]
     command = [*nobody, *validate, "--set", 'output.path="locked/out"']
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    # the checkout may sit in a folder only its owner may enter (a `mktemp -d`): let the other
+    # user pass through the checkout's parents for this call, then put their modes back
+    parents = [p for p in ROOT.parents if not p.stat().st_mode & 0o001]
+    modes = {p: p.stat().st_mode for p in parents}
+    try:
+        for folder, mode in modes.items():
+            folder.chmod(mode | 0o001)
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        for folder, mode in modes.items():
+            folder.chmod(mode)
     assert done.returncode == 6, done.stderr
     assert "cannot write in" in done.stderr and "permission denied" in done.stderr
     assert "Traceback" not in done.stderr
