@@ -123,6 +123,7 @@ def test_random_kills(job360: Path, clean360):
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1800)  # 101 fresh processes, each paying torch's start-up (about 6 s here)
 def test_random_kills_soak(tmp_path: Path, small_corpus, corpus):
     """100 kills: a job over 1,500 texts in 5-row chunks (300 chunks)."""
     bigger = corpus.slice(0, 1500)
