@@ -12,13 +12,10 @@ interleaved rounds), the whole process time, padding efficiency and batches, and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,16 +23,9 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-import sample_corpus  # noqa: E402
+import bench  # noqa: E402  (its corpus sample and its fresh-process run)
 
-THREADS = 2
-
-
-def sample(rows: int) -> pa.Table:
-    """Every k-th corpus text (the corpus's long tail kept), ids unique."""
-    corpus = sample_corpus.corpus()
-    step = max(1, corpus.num_rows // rows)
-    return corpus.take(list(range(0, step * rows, step))[:rows])
+THREADS = bench.THREADS
 
 
 def write_layout(table: pa.Table, folder: Path, shards: int) -> Path:
@@ -70,20 +60,6 @@ path = "{folder / "out"}"
     return path
 
 
-def run(job: Path) -> dict:
-    """`batchscore run --restart` in a fresh process; its run report and the process time."""
-    start = time.perf_counter()
-    command = [sys.executable, "-m", "batchscore", "run", str(job), "--restart", "--progress",
-               "off"]  # fmt: skip
-    env = {**os.environ, "XDG_CACHE_HOME": str(job.parent.parent / "xdg")}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise SystemExit(f"{job} failed ({done.returncode}):\n{done.stderr}")
-    reports = sorted((job.parent / "out/_batchscore/runs").glob("*.json"))
-    report = json.loads(reports[-1].read_text())
-    return {**report, "process_s": time.perf_counter() - start}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2000, help="rows of the one-row-shard case")
@@ -92,7 +68,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / ".bench" / "shards")
     args = parser.parse_args()
 
-    work, table = args.work, sample(args.rows)
+    work, table = args.work, bench.sample(args.rows)
     small = table.slice(0, min(1000, args.rows))
     layouts = {  # name: (rows, shards)
         f"1 shard x {table.num_rows} rows": (table, 1),
@@ -107,7 +83,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {name: [] for name in layouts}
     for repeat in range(args.repeats):  # interleaved: drifts in machine load hit all alike
         for name, job in jobs.items():
-            runs[name].append(run(job))
+            runs[name].append(bench.batchscore_run(job))
         print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
 
     def med(name: str, key: str) -> float:
