@@ -240,8 +240,9 @@ def load(job: Job, table: pa.Table) -> Ready:
             return LOADED[key]
         sample = table.slice(0, job.quality.sample_rows)
         cache = DecisionCache(user_cache_folder(os.environ))
+        files, rows = model_identity(model_path), table.num_rows
         concrete, _, chosen = settle(
-            job, model_path, None, sample, cache=cache, model_files=model_identity(model_path)
+            job, model_path, None, sample, cache=cache, model_files=files, rows=rows
         )
         if chosen is not None and chosen.task is not None:  # the gate's model, ready to use
             ready = Ready(concrete, chosen.task, chosen.executor)

@@ -161,7 +161,10 @@ def score_pending(
     tuning = time.perf_counter()
     recorded = recorded_decision(ckpt, job)
     model_files = claim["parts"]["model_files"]
-    job, decision, gated = settle(job, model_path, recorded, cache=cache, model_files=model_files)
+    job, decision, gated = settle(
+        job, model_path, recorded, cache=cache, model_files=model_files,
+        rows=sum(c.rows for c in todo.chunks),
+    )  # fmt: skip
     stats.tuning_s = time.perf_counter() - tuning
     run.context["settled"] = decision or recorded
     engine = open_engine(job)

@@ -45,6 +45,7 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> tuple[Trial
     if auto and generates(job.model, model_path):
         candidates = [p for p in candidates if precision(p).generates]
     best, measured = reference, [reference.describe()]
+    speeds = {"fp32": timing(reference)}
     for name in candidates:
         try:
             candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=auto)
@@ -57,12 +58,16 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> tuple[Trial
         candidate.agreement = judge(reference, candidate, job.quality)
         measured.append(candidate.describe())
         log.info("quality gate: %s", candidate.describe())
+        if candidate.agreement.passed:
+            speeds[name] = timing(candidate)
         if not auto or (candidate.agreement.passed and candidate.rows_per_s > best.rows_per_s):
             best.unload()
             best = candidate
         else:
             candidate.unload()
     record: dict[str, Any] = {"trials": measured, "sample_rows": table.num_rows}
+    if auto:
+        record["speeds"] = speeds
     if auto:
         why = "the fastest that passes the quality gate, of: " + "; ".join(measured)
     elif best.agreement.passed:
@@ -80,6 +85,16 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> tuple[Trial
     if accept and best.agreement and not best.agreement.passed:
         record["accepted"] = True  # every later load of this output calibrates the same way
     return best, record
+
+
+def timing(trial: Trial) -> dict[str, float]:
+    """What a later run needs to weigh a precision against fp32 for its own number of rows:
+    its speed, and what gating it costs (the load, calibration included, and one pass)."""
+    return {
+        "rows_per_s": round(trial.rows_per_s, 2),
+        "load_s": round(trial.load_s, 3),
+        "cold_s": round(trial.cold_s, 3),
+    }
 
 
 def choose_budget(job: Job, chosen: Trial, table: pa.Table) -> dict[str, Any]:

@@ -4,6 +4,7 @@ agreement measure (`Task.agreement`) judges the two against `[quality]`."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,8 @@ class Trial:
     task: Task | None
     executor: Executor | None
     agreement: Agreement | None = None
+    load_s: float = 0.0  # loading the model at this precision, int8's calibration included
+    cold_s: float = 0.0  # its first pass over the sample (the gate's pass, when not timed)
 
     def unload(self) -> None:
         """Let go of the model (its results and timing stay)."""
@@ -43,26 +46,34 @@ class Trial:
         quality = f", {self.agreement.describe()}" if self.agreement else ""
         return f"{self.precision}: {self.rows_per_s:,.1f} rows/s{quality}"
 
+    @property
+    def cost_s(self) -> float:
+        """What gating this precision costs a run: its load and one pass over the sample."""
+        return self.load_s + self.cold_s
+
 
 def trial(
     job: Job, model_path: Path, precision: str, *, table: pa.Table, max_tokens: int, timed: bool
 ) -> Trial:
     """Load the model at ``precision`` and score ``table``; when ``timed``, score it twice and
     time the second (warm) pass, since only a choice between precisions needs their speeds."""
+    started = time.perf_counter()
     executor = Executor(dataclasses.replace(job.model, precision=precision))
     task = load_at(job, model_path, executor, table)
+    load_s = time.perf_counter() - started
     encoded = task.encode(table)
     units = np.arange(len(encoded.lengths))
     cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=task.bucketing)
     outputs = [executor.run(lambda b=b: task.forward(encoded, b)) for b in cut]
-    seconds = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
+    seconds = cold = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
     if timed:
         for b in cut:
             executor.run(lambda b=b: task.forward(encoded, b))
         seconds = executor.busy_s - seconds
     results = restore(cut, outputs, np.empty((0,), dtype=np.float32))
     columns = task.finish(encoded, results) if cut else {}
-    return Trial(precision, columns, seconds, len(encoded.rows), task, executor)
+    rows = len(encoded.rows)
+    return Trial(precision, columns, seconds, rows, task, executor, load_s=load_s, cold_s=cold)
 
 
 def judge(reference: Trial, candidate: Trial, gate: QualityConfig) -> Agreement:

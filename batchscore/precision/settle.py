@@ -46,6 +46,7 @@ def settle(
     *,
     cache: DecisionCache | None = None,
     model_files: str = "",
+    rows: int | None = None,
 ) -> tuple[Job, dict[str, Any] | None, Trial | None]:
     """The job with "auto" settings made concrete and its precision gated.
 
@@ -55,7 +56,9 @@ def settle(
     here, on this job's rows. Returns the concrete job, the new decision to record (None when
     there was nothing to decide) and the chosen trial, whose loaded model the local engine
     adopts instead of loading (and calibrating) it again. ``sample``: the rows to measure on
-    (in-memory data); by default the job's first rows.
+    (in-memory data); by default the job's first rows. ``rows``: how many rows the run will
+    score, so that a cached "auto" weighs what gating a faster precision costs against what it
+    saves on this many rows (a small job is done in fp32 before int8's gate would be).
     """
     if recorded:
         return concrete(job, recorded), None, None
@@ -66,7 +69,7 @@ def settle(
     key = machine_key(job, model_files)
     cached = cache.get(key) if cache is not None else None
     if cached is not None:
-        settled = from_cache(job, model_path, table, cached)
+        settled = from_cache(job, model_path, table, cached, rows=rows)
         if settled is not None:
             return settled
     wanted = job.model.precision
@@ -101,6 +104,7 @@ def remember(
     chosen = decision["precision"]
     if chosen.get("why", "").startswith("the fastest"):
         entry.update(precision=chosen["precision"], trials=chosen["trials"])
+        entry.update(speeds=chosen.get("speeds", {}), sample_rows=chosen.get("sample_rows"))
     if "batching" in decision:
         entry.setdefault("budgets", {})[chosen["precision"]] = decision["batching"]
     if entry:
@@ -108,19 +112,33 @@ def remember(
 
 
 def from_cache(
-    job: Job, model_path: Path, table: pa.Table, cached: dict[str, Any]
+    job: Job, model_path: Path, table: pa.Table, cached: dict[str, Any], rows: int | None = None
 ) -> tuple[Job, dict[str, Any], Trial | None] | None:
     """The decision this machine measured before, gated on this job's rows; None when the
-    cache lacks a part of it, or (for "auto") its precision fails this job's gate."""
+    cache lacks a part of it, or (for "auto") its precision fails this job's gate. For "auto"
+    and a known number of ``rows`` to score, fp32 is chosen instead, ungated, when it is
+    expected to finish first (see `expected_s`)."""
     auto = job.model.precision == "auto"
     name = cached.get("precision") if auto else job.model.precision
-    budget = cached.get("budgets", {}).get(name)
+    when = f"cached on this machine ({cached.get('measured_at', 'earlier')})"
+    sooner = ""
+    if auto and name not in (None, "fp32") and rows is not None:
+        fp32_s, other_s, gate_s = expected_s(cached, name, rows, table.num_rows)
+        if fp32_s is not None:
+            sooner = (f"for {rows:,} rows, {{}} is expected to finish first: fp32 in "
+                      f"{fp32_s:.1f} s, {name} in {other_s:.1f} s ({gate_s:.1f} s of it its "
+                      f"quality gate); ")  # fmt: skip
+            name = "fp32" if fp32_s <= other_s else name
+            sooner = sooner.format(name)
+    budgets = cached.get("budgets", {})
+    budget = budgets.get(name)
+    if budget is None and sooner:  # fp32 chosen by expectation: the budget timed for the other
+        budget = budgets.get(cached.get("precision"))
     if name is None or (job.batching.max_tokens == "auto" and budget is None):
         return None
-    when = f"cached on this machine ({cached.get('measured_at', 'earlier')})"
     chosen = None
     if name == "fp32":
-        verdict = {"precision": "fp32", "why": f"{when}: fp32 is the reference"}
+        verdict = {"precision": "fp32", "why": "fp32 is the reference"}
     else:
         fixed = dataclasses.replace(job, model=dataclasses.replace(job.model, precision=name))
         try:
@@ -135,14 +153,33 @@ def from_cache(
             return None
     if auto:
         trials = "; ".join(cached.get("trials", []))
-        verdict = {**verdict, "trials": cached.get("trials", []), "cached": True,
-                   "why": f"{when}, the fastest that passed of: {trials}; on this job's rows: "
-                   f"{verdict['why']}"}  # fmt: skip
+        gated = verdict["why"] if chosen is None else f"on this job's rows: {verdict['why']}"
+        why = f"{when}, the fastest that passed of: {trials}; {sooner}{gated}"
+        verdict = {**verdict, "trials": cached.get("trials", []), "cached": True, "why": why}
+    elif chosen is None:
+        verdict["why"] = f"{when}: {verdict['why']}"
     decision: dict[str, Any] = {"precision": verdict}
     if budget is not None and job.batching.max_tokens == "auto":
         decision["batching"] = {**budget, "why": f"{when}: {budget['why']}"}
     log.info("precision %s: %s", name, verdict["why"])
     return concrete(job, decision), decision, chosen
+
+
+def expected_s(
+    cached: dict[str, Any], name: str, rows: int, sample: int
+) -> tuple[float | None, float, float]:
+    """Seconds a run of ``rows`` rows is expected to take at fp32 and at ``name``, and the part
+    of the latter that is ``name``'s quality gate, from this machine's cached speeds: fp32 loads
+    once and scores the rows; ``name`` first scores the sample in fp32 and in ``name`` (its own
+    load and calibration included), then the rows. (None, 0, 0) when the cache lacks a speed."""
+    speeds = cached.get("speeds", {})
+    if "fp32" not in speeds or name not in speeds:
+        return None, 0.0, 0.0
+    fp32, other = speeds["fp32"], speeds[name]
+    scale = sample / max(cached.get("sample_rows") or sample, 1)  # a pass costs per row
+    gate_s = fp32["load_s"] + scale * fp32["cold_s"] + other["load_s"] + scale * other["cold_s"]
+    fp32_s = fp32["load_s"] + rows / max(fp32["rows_per_s"], 1e-9)
+    return fp32_s, gate_s + rows / max(other["rows_per_s"], 1e-9), gate_s
 
 
 def recorded_decision(ckpt: Checkpoint, job: Job) -> dict[str, Any] | None:

@@ -12,8 +12,12 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.job.load import load_job
 from batchscore.job.sections import BatchingConfig, ModelConfig
+from batchscore.models.locate import locate
 from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.cache import FILE, DecisionCache, user_cache_folder
+from batchscore.precision.int8_linear import int8_available
+from batchscore.precision.settle import expected_s, from_cache
 from tests.reliability import make_job
 
 AUTO = ["model.precision=auto", "batching.max_tokens=auto", "quality.sample_rows=24"]
@@ -48,12 +52,52 @@ def test_a_second_output_folder_reuses_this_machines_measurement(job: Path, tmp_
     assert entry["budgets"][measured["precision"]]["max_tokens"] > 0
     second = run_job(load_job(job, [*AUTO, 'output.path="out2"']), cache=cache)
     cached = second["settled"]["precision"]
-    assert cached["precision"] == measured["precision"] and cached["trials"] == entry["trials"]
+    assert cached["trials"] == entry["trials"]
     assert cached["why"].startswith("cached on this machine")
     assert second["settled"]["batching"]["max_tokens"] == first["settled"]["batching"]["max_tokens"]
-    if cached["precision"] != "fp32":  # the gate ran again, on this job's rows
-        assert "on this job's rows" in cached["why"] and cached["agreement"]
+    if measured["precision"] == "fp32":
+        assert cached["precision"] == "fp32"
+    else:  # weighed for this job's 30 rows: the faster precision's gate against what it saves
+        fp32_s, other_s, _ = expected_s(entry, measured["precision"], 30, 24)
+        assert cached["precision"] == ("fp32" if fp32_s <= other_s else measured["precision"])
+        assert "is expected to finish first" in cached["why"]
+        if cached["precision"] != "fp32":  # the gate ran again, on this job's rows
+            assert "on this job's rows" in cached["why"] and cached["agreement"]
     assert second["rows"] == 30
+
+
+# Speeds as a machine might have measured them: int8 1.5x fp32's rows/s, and gating it costs
+# 1.24 s (the fp32 reference: load and a pass) + 3.16 s (int8's load, calibration and a pass).
+SPEEDS = {
+    "fp32": {"rows_per_s": 100.0, "load_s": 1.0, "cold_s": 0.24},
+    "int8": {"rows_per_s": 150.0, "load_s": 3.0, "cold_s": 0.16},
+}
+
+
+def test_expected_time_weighs_the_gate_against_the_rows():
+    entry = {"precision": "int8", "speeds": SPEEDS, "sample_rows": 24}
+    assert expected_s(entry, "int8", 100, 24) == pytest.approx((2.0, 4.4 + 100 / 150, 4.4))
+    fp32_s, int8_s, _ = expected_s(entry, "int8", 10_000, 48)  # twice the sample: twice the pass
+    assert (fp32_s, int8_s) == pytest.approx((101.0, 1.0 + 0.48 + 3.0 + 0.32 + 10_000 / 150))
+    assert expected_s({"speeds": {"fp32": SPEEDS["fp32"]}}, "int8", 100, 24)[0] is None
+
+
+@pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 CPU kernels")
+def test_auto_scores_a_small_job_in_fp32_and_gates_int8_for_a_large_one(job: Path):
+    settings = load_job(job, AUTO)
+    model_path, table = locate(settings.model), sample_rows(settings, 24)
+    budgets = {"int8": {"max_tokens": 4096, "why": "timed"}}
+    entry = {"precision": "int8", "trials": ["fp32: 100 rows/s", "int8: 150 rows/s"],
+             "speeds": SPEEDS, "sample_rows": 24, "budgets": budgets}  # fmt: skip
+    small, decision, chosen = from_cache(settings, model_path, table, entry, rows=100)
+    assert small.model.precision == "fp32" and chosen is None  # no gate: fp32 is the reference
+    assert "for 100 rows, fp32 is expected to finish first" in decision["precision"]["why"]
+    assert small.batching.max_tokens == 4096  # the budget timed for int8, the nearest measured
+    large, decision, chosen = from_cache(settings, model_path, table, entry, rows=10_000)
+    assert large.model.precision == "int8" and chosen is not None
+    why = decision["precision"]["why"]
+    assert "for 10,000 rows, int8 is expected to finish first" in why
+    assert "on this job's rows: int8 passes the quality gate" in why
 
 
 def test_a_cached_precision_that_fails_this_jobs_gate_is_measured_again(job: Path, tmp_path):
@@ -61,6 +105,7 @@ def test_a_cached_precision_that_fails_this_jobs_gate_is_measured_again(job: Pat
     run_job(load_job(job, AUTO), cache=cache)
     ((key, entry),) = entries(tmp_path / "cache").items()
     budgets = {"int8": {"max_tokens": 4096, "why": "test"}}
+    entry.pop("speeds", None)  # as a cache kept before speeds were: int8 is gated, not weighed
     cache.put(key, {**entry, "precision": "int8", "budgets": budgets})
     strict = [*AUTO, "quality.min_cosine=1.0", "quality.min_agreement=1.0", 'output.path="o3"']
     report = run_job(load_job(job, strict), cache=cache)
