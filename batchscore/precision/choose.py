@@ -47,8 +47,12 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> tuple[Trial
     best, measured = reference, [reference.describe()]
     speeds = {"fp32": timing(reference)}
     for name in candidates:
+        # One precision to gate: the reference's model, its columns kept, can become it.
+        reuse = None if auto else reference
         try:
-            candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=auto)
+            candidate = trial(
+                job, model_path, name, table=table, max_tokens=budget, timed=auto, reuse=reuse
+            )
         except QualityGateError as exc:  # its calibration could not keep the promise
             if not auto:
                 raise

@@ -17,7 +17,7 @@ from batchscore.models.base import Task
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import restore
 from batchscore.pipeline.stages import batches
-from batchscore.precision.load import load_at
+from batchscore.precision.load import convert, convertible, load_at
 
 
 @dataclass
@@ -53,13 +53,28 @@ class Trial:
 
 
 def trial(
-    job: Job, model_path: Path, precision: str, *, table: pa.Table, max_tokens: int, timed: bool
+    job: Job,
+    model_path: Path,
+    precision: str,
+    *,
+    table: pa.Table,
+    max_tokens: int,
+    timed: bool,
+    reuse: Trial | None = None,
 ) -> Trial:
     """Load the model at ``precision`` and score ``table``; when ``timed``, score it twice and
-    time the second (warm) pass, since only a choice between precisions needs their speeds."""
+    time the second (warm) pass, since only a choice between precisions needs their speeds.
+    ``reuse``: the fp32 reference, whose model becomes ``precision`` in place where it can
+    (int8: `convertible`) instead of being loaded again; it is let go either way."""
     started = time.perf_counter()
-    executor = Executor(dataclasses.replace(job.model, precision=precision))
-    task = load_at(job, model_path, executor, table)
+    if reuse is not None and reuse.executor is not None and convertible(reuse.executor, precision):
+        task, executor = reuse.task, reuse.executor
+        convert(job, task, executor, precision, table)
+    else:
+        executor = Executor(dataclasses.replace(job.model, precision=precision))
+        task = load_at(job, model_path, executor, table)
+    if reuse is not None:
+        reuse.unload()
     load_s = time.perf_counter() - started
     encoded = task.encode(table)
     units = np.arange(len(encoded.lengths))

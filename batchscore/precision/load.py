@@ -47,11 +47,30 @@ def load_at(job: Job, model_path: Path, executor: Executor, sample: pa.Table | N
         )
     task = load_task(model_path, model=model, options=job.task, inp=job.input, executor=executor)
     if entry.calibrated:
-        if sample is None:
-            sample = sample_rows(job, job.quality.sample_rows)
-        # Every other row: the gate then measures on the whole sample, half of it unseen here.
-        calibrate(job, task, executor, sample.take(np.arange(0, sample.num_rows, 2)))
+        calibrate_on(job, task, executor, sample)
     return task
+
+
+def convertible(loaded: Executor, name: str) -> bool:
+    """Whether a model loaded in fp32 by ``loaded`` can become ``name`` in place: a calibrated
+    precision whose float parts stay float32 (int8) changes only its Linear layers, so the
+    weights need not be read again. A compiled model's graph would not see the swap."""
+    entry = precision(name)
+    return entry.calibrated and entry.dtype == loaded.dtype and not loaded.compile
+
+
+def convert(job: Job, task: Task, executor: Executor, name: str, sample: pa.Table) -> None:
+    """Make ``task``, loaded in fp32 by ``executor``, run at ``name`` (see `convertible`)."""
+    executor.precision, executor.compile, executor.busy_s = name, False, 0.0
+    calibrate_on(job, task, executor, sample)
+
+
+def calibrate_on(job: Job, task: Task, executor: Executor, sample: pa.Table | None) -> None:
+    """Calibrate on every other row of ``sample`` (the gate's rows, read when not given): the
+    gate then measures on the whole sample, half of it unseen by the calibration."""
+    if sample is None:
+        sample = sample_rows(job, job.quality.sample_rows)
+    calibrate(job, task, executor, sample.take(np.arange(0, sample.num_rows, 2)))
 
 
 def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None:

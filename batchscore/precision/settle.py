@@ -34,6 +34,7 @@ from batchscore.precision.cache import DecisionCache, cache_key
 from batchscore.precision.choose import choose_budget, choose_precision
 from batchscore.precision.gate import Trial
 from batchscore.precision.load import trial_budget
+from batchscore.precision.table import precision
 
 log = logging.getLogger("batchscore")
 
@@ -123,7 +124,8 @@ def from_cache(
     when = f"cached on this machine ({cached.get('measured_at', 'earlier')})"
     sooner = ""
     if auto and name not in (None, "fp32") and rows is not None:
-        fp32_s, other_s, gate_s = expected_s(cached, name, rows, table.num_rows)
+        converts = precision(name).calibrated and not job.model.compile  # see load.convertible
+        fp32_s, other_s, gate_s = expected_s(cached, name, rows, table.num_rows, converts)
         if fp32_s is not None:
             sooner = (f"for {rows:,} rows, {{}} is expected to finish first: fp32 in "
                       f"{fp32_s:.1f} s, {name} in {other_s:.1f} s ({gate_s:.1f} s of it its "
@@ -166,18 +168,20 @@ def from_cache(
 
 
 def expected_s(
-    cached: dict[str, Any], name: str, rows: int, sample: int
+    cached: dict[str, Any], name: str, rows: int, sample: int, converts: bool = False
 ) -> tuple[float | None, float, float]:
     """Seconds a run of ``rows`` rows is expected to take at fp32 and at ``name``, and the part
     of the latter that is ``name``'s quality gate, from this machine's cached speeds: fp32 loads
     once and scores the rows; ``name`` first scores the sample in fp32 and in ``name`` (its own
-    load and calibration included), then the rows. (None, 0, 0) when the cache lacks a speed."""
+    load and calibration included; only the calibration when the fp32 model ``converts`` in
+    place), then the rows. (None, 0, 0) when the cache lacks a speed."""
     speeds = cached.get("speeds", {})
     if "fp32" not in speeds or name not in speeds:
         return None, 0.0, 0.0
     fp32, other = speeds["fp32"], speeds[name]
     scale = sample / max(cached.get("sample_rows") or sample, 1)  # a pass costs per row
-    gate_s = fp32["load_s"] + scale * fp32["cold_s"] + other["load_s"] + scale * other["cold_s"]
+    own = max(other["load_s"] - fp32["load_s"], 0.0) if converts else other["load_s"]
+    gate_s = fp32["load_s"] + scale * fp32["cold_s"] + own + scale * other["cold_s"]
     fp32_s = fp32["load_s"] + rows / max(fp32["rows_per_s"], 1e-9)
     return fp32_s, gate_s + rows / max(other["rows_per_s"], 1e-9), gate_s
 

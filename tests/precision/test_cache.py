@@ -79,6 +79,8 @@ def test_expected_time_weighs_the_gate_against_the_rows():
     assert expected_s(entry, "int8", 100, 24) == pytest.approx((2.0, 4.4 + 100 / 150, 4.4))
     fp32_s, int8_s, _ = expected_s(entry, "int8", 10_000, 48)  # twice the sample: twice the pass
     assert (fp32_s, int8_s) == pytest.approx((101.0, 1.0 + 0.48 + 3.0 + 0.32 + 10_000 / 150))
+    converted = expected_s(entry, "int8", 100, 24, converts=True)  # int8: calibration only
+    assert converted == pytest.approx((2.0, 1.0 + 0.24 + 2.0 + 0.16 + 100 / 150, 3.4))
     assert expected_s({"speeds": {"fp32": SPEEDS["fp32"]}}, "int8", 100, 24)[0] is None
 
 

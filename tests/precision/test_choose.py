@@ -15,8 +15,11 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.errors import QualityGateError
 from batchscore.job.load import load_job
+from batchscore.models.locate import locate
 from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.choose import BUDGETS
+from batchscore.precision.gate import judge, trial
 from batchscore.precision.int8_linear import int8_available
 from batchscore.precision.table import available
 from tests.conftest import read_output, record_of
@@ -128,3 +131,21 @@ def test_check_command(job: Path):
     assert "fp32:" in ok.output and "passes the quality gate" in ok.output
     strict = check("quality.min_cosine=1.0")
     assert strict.exit_code == 8 and "fails the quality gate" in strict.stderr
+
+
+@pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 CPU kernels")
+def test_gating_int8_converts_the_reference_model_instead_of_loading_it_again(job: Path):
+    settings = load_job(job, ["model.precision=int8", "quality.sample_rows=24"])
+    model_path, table = locate(settings.model), sample_rows(settings, 24)
+    reference = trial(settings, model_path, "fp32", table=table, max_tokens=4096, timed=False)
+    task = reference.task
+    converted = trial(
+        settings, model_path, "int8", table=table, max_tokens=4096, timed=False, reuse=reference
+    )
+    assert converted.task is task and reference.task is None  # the same model, now int8
+    assert converted.executor.precision == "int8" and "in int8" in converted.executor.quantization
+    assert judge(reference, converted, settings.quality).passed
+    fresh = trial(settings, model_path, "int8", table=table, max_tokens=4096, timed=False)
+    mine, theirs = (np.stack(t.columns["embedding"].to_numpy(zero_copy_only=False))
+                    for t in (converted, fresh))  # fmt: skip
+    np.testing.assert_array_equal(mine, theirs)  # calibration is deterministic either way
