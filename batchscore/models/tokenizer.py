@@ -39,7 +39,7 @@ KNOWN_KEYS = {
     "special_tokens_map_file", "clean_up_tokenization_spaces", "model_input_names", "padding_side",
     "truncation_side", "max_length", "stride", "pad_to_multiple_of", "pad_token_type_id",
     "truncation_strategy", "split_special_tokens", "backend", "extra_special_tokens",
-    "additional_special_tokens", *SPECIAL_KEYS,
+    "additional_special_tokens", "is_local", "local_files_only", *SPECIAL_KEYS,
 }  # fmt: skip
 TOKEN_FLAGS = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
 
