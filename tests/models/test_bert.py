@@ -33,7 +33,9 @@ def reference(path: Path) -> torch.nn.Module:
     return AutoModel.from_pretrained(path).eval()
 
 
-def embeddings(module: torch.nn.Module, encoder: TextEncoder, ids: list[np.ndarray]) -> torch.Tensor:
+def embeddings(
+    module: torch.nn.Module, encoder: TextEncoder, ids: list[np.ndarray]
+) -> torch.Tensor:
     """Mean-pooled last hidden states in length order, batches of 32 padded to their longest."""
     ids, out = sorted(ids, key=len), []
     with torch.inference_mode():
