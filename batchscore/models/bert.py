@@ -117,17 +117,17 @@ class Layer(nn.Module):
     """One encoder layer: self-attention, then the feed-forward block, each closed by a residual
     and a LayerNorm (post-norm, as BERT has it)."""
 
-    def __init__(self, shape: BertShape) -> None:
+    def __init__(self, shape: BertShape, device: str | None = None) -> None:
         super().__init__()
-        width, eps = shape.hidden_size, shape.layer_norm_eps
+        width, eps, at = shape.hidden_size, shape.layer_norm_eps, {"device": device}
         self.heads = shape.num_attention_heads
-        self.query, self.key, self.value = (nn.Linear(width, width) for _ in range(3))
-        self.attention_out = nn.Linear(width, width)
-        self.attention_norm = nn.LayerNorm(width, eps=eps)
-        self.intermediate = nn.Linear(width, shape.intermediate_size)
+        self.query, self.key, self.value = (nn.Linear(width, width, **at) for _ in range(3))
+        self.attention_out = nn.Linear(width, width, **at)
+        self.attention_norm = nn.LayerNorm(width, eps=eps, **at)
+        self.intermediate = nn.Linear(width, shape.intermediate_size, **at)
         self.activation = ACTIVATIONS[shape.hidden_act]()
-        self.output = nn.Linear(shape.intermediate_size, width)
-        self.output_norm = nn.LayerNorm(width, eps=eps)
+        self.output = nn.Linear(shape.intermediate_size, width, **at)
+        self.output_norm = nn.LayerNorm(width, eps=eps, **at)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
@@ -142,19 +142,28 @@ class Layer(nn.Module):
         return self.output_norm(self.output(self.activation(self.intermediate(x))) + x)
 
 
+def embedding(rows: int, width: int, device: str | None) -> nn.Embedding:
+    """An embedding table; on the meta device, one drawn from no random values (torch draws
+    meta normals through its compiler, whose import costs seconds)."""
+    if device == "meta":
+        return nn.Embedding(rows, width, _weight=torch.empty(rows, width, device="meta"))
+    return nn.Embedding(rows, width, device=device)
+
+
 class BertEncoder(nn.Module):
     """Token ids and their padding mask to the last hidden states, as ``BertModel`` computes
-    them (without its pooler, which sentence embeddings do not use)."""
+    them (without its pooler, which sentence embeddings do not use). ``device="meta"`` builds
+    it without drawing random weights, for `load_bert` to replace."""
 
-    def __init__(self, shape: BertShape) -> None:
+    def __init__(self, shape: BertShape, device: str | None = None) -> None:
         super().__init__()
         self.config = shape
-        width = shape.hidden_size
-        self.words = nn.Embedding(shape.vocab_size, width)
-        self.positions = nn.Embedding(shape.max_position_embeddings, width)
-        self.types = nn.Embedding(shape.type_vocab_size, width)
-        self.embedding_norm = nn.LayerNorm(width, eps=shape.layer_norm_eps)
-        self.layers = nn.ModuleList(Layer(shape) for _ in range(shape.num_hidden_layers))
+        width, at = shape.hidden_size, {"device": device}
+        self.words = embedding(shape.vocab_size, width, device)
+        self.positions = embedding(shape.max_position_embeddings, width, device)
+        self.types = embedding(shape.type_vocab_size, width, device)
+        self.embedding_norm = nn.LayerNorm(width, eps=shape.layer_norm_eps, **at)
+        self.layers = nn.ModuleList(Layer(shape, device) for _ in range(shape.num_hidden_layers))
 
     def forward(
         self,
@@ -216,8 +225,9 @@ def load_bert(folder: Path, shape: BertShape) -> BertEncoder | None:
     """The encoder with the folder's weights, each read once; None when the weights do not fit
     the shape (a key left over, one missing, a size that differs)."""
     state, unplaced = native_state(load_file(str(folder / WEIGHTS)))
-    with torch.device("meta"):  # no random init to overwrite: `assign` takes the loaded tensors
-        encoder = BertEncoder(shape)
+    # No random weights drawn to be overwritten: `assign` takes the loaded tensors. (The meta
+    # device as an argument: a `with torch.device` block imports torch's compiler, seconds.)
+    encoder = BertEncoder(shape, device="meta")
     expected = set(encoder.state_dict())
     missing = sorted(expected - set(state))
     if unplaced or missing:
