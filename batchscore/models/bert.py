@@ -82,7 +82,7 @@ def read_shape(folder: Path) -> BertShape | None:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    why = refusal(folder, config)
+    why = refusal(folder, config) if isinstance(config, dict) else "config.json is no object"
     if why:
         log.debug("%s: loading through transformers: %s", folder, why)
         return None
@@ -101,7 +101,9 @@ def refusal(folder: Path, config: dict) -> str | None:
         f"hidden_act {config.get('hidden_act')!r} is not one of {', '.join(ACTIVATIONS)}": (
             config.get("hidden_act", "gelu") not in ACTIVATIONS
         ),
-        "hidden_size is no multiple of num_attention_heads": width % heads != 0,
+        "hidden_size is no multiple of num_attention_heads": not (
+            isinstance(width, int) and isinstance(heads, int) and heads > 0 and width % heads == 0
+        ),
         f"no {WEIGHTS}": not (folder / WEIGHTS).is_file(),
     }
     return next((why for why, refused in checks.items() if refused), None)
