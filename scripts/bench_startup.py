@@ -30,12 +30,15 @@ import sample_corpus  # noqa: E402
 
 @contextmanager
 def source(tree: Path) -> Iterator[None]:
-    """Child processes import batchscore from ``tree``."""
-    saved = os.environ.get("PYTHONPATH")
+    """Child processes import batchscore from ``tree`` (run from it too: `python -m` puts the
+    working directory first on the path)."""
+    saved, where = os.environ.get("PYTHONPATH"), Path.cwd()
     os.environ["PYTHONPATH"] = str(tree)
+    os.chdir(tree)
     try:
         yield
     finally:
+        os.chdir(where)
         if saved is None:
             os.environ.pop("PYTHONPATH")
         else:
@@ -49,6 +52,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another source tree, timed alongside")
     parser.add_argument("--work", type=Path, default=ROOT / ".bench" / "startup")
     args = parser.parse_args()
+    args.work = args.work.resolve()
 
     shutil.rmtree(args.work, ignore_errors=True)
     data = args.work / "data"
