@@ -15,12 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from torch import nn
 
 from batchscore.errors import ModelError
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Encoded, text_rows
+from batchscore.models.bert import load_bert, read_shape
 from batchscore.models.encoder import SentenceEncoder, dense_weights
 from batchscore.models.locate import check_model_files, load_pretrained
 from batchscore.models.stack import Dense, read_stack
@@ -38,6 +40,19 @@ def check_encoder_files(path: Path, *, prompt_name: str | None, allow_pickle: bo
         if isinstance(step, Dense):
             dense_weights(step, allow_pickle)
     stack.prompt(prompt_name)
+
+
+def load_transformer(path: Path, model: ModelConfig, executor: Executor) -> nn.Module:
+    """The stack's Transformer: the native BERT encoder where it runs the folder exactly (no
+    transformers import, seconds less start-up), else transformers' ``AutoModel``."""
+    check_model_files(path, model.allow_pickle)
+    shape = read_shape(path)
+    encoder = load_bert(path, shape) if shape is not None else None
+    if encoder is not None:
+        return encoder
+    from transformers import AutoModel
+
+    return load_pretrained(AutoModel, path, model, executor)
 
 
 class StackText:
@@ -93,9 +108,7 @@ class Embedder:
     def __init__(
         self, text: StackText, model: ModelConfig, executor: Executor, *, normalize: bool
     ) -> None:
-        from transformers import AutoModel
-
-        transformer = load_pretrained(AutoModel, text.stack.encoder, model, executor)
+        transformer = load_transformer(text.stack.encoder, model, executor)
         module = SentenceEncoder(transformer, text.stack, model.allow_pickle)
         self.model = executor.prepare(module)
         self.text = text

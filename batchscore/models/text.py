@@ -10,12 +10,15 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer, normalizers
 
 from batchscore.errors import ModelError
 from batchscore.models.base import Encoded
 from batchscore.models.template import Template, learn
+from batchscore.models.tokenizer import load_tokenizer, through_transformers
 from batchscore.models.windows import cut, overlap
 
 
@@ -80,30 +83,16 @@ class TextEncoder:
         *,
         lowercase: bool = False,
     ) -> None:
-        from tokenizers import Tokenizer, normalizers
-        from transformers import AutoConfig, AutoTokenizer
-
-        try:
-            hf = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        except Exception as exc:  # any failure here means: this folder has no usable tokenizer
-            raise ModelError(f"{path}: cannot load a tokenizer: {exc}") from exc
-        backend = getattr(hf, "backend_tokenizer", None)
-        if backend is None:
-            raise ModelError(f"{path}: batchscore needs a fast (tokenizers) tokenizer")
-        try:
-            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        except Exception as exc:  # a config that needs remote code the job did not allow, say
-            raise ModelError(f"{path}: cannot read the model config: {exc}") from exc
-        positions = getattr(config, "max_position_embeddings", None)
-        default = default_max_length(path, hf.model_max_length, positions) - reserve
+        loaded = load_tokenizer(path, trust_remote_code)
+        positions = loaded.positions
+        default = default_max_length(path, loaded.model_max_length, positions) - reserve
         self.max_length = max_length or default
         if self.max_length < 1 or (positions and self.max_length + reserve > positions):
             raise ModelError(
                 f"{path}: the model has {positions} positions, too few for prompts of "
                 f"{self.max_length} tokens plus {reserve} to generate; lower [model].max_length"
             )
-        # Private copies, so truncation settings never leak into the transformers tokenizer.
-        base = Tokenizer.from_str(backend.to_str())
+        base = loaded.backend  # already a private copy: truncation set here stays here
         if lowercase:  # lowercasing twice changes nothing, so any normalizer of its own stays
             own = [base.normalizer] if base.normalizer is not None else []
             base.normalizer = normalizers.Sequence([normalizers.Lowercase(), *own])
@@ -113,10 +102,19 @@ class TextEncoder:
         self.tokenizer = Tokenizer.from_str(base.to_str())
         direction = "left" if truncate_left else "right"
         self.tokenizer.enable_truncation(self.max_length, direction=direction)
-        self.pad_id = hf.pad_token_id if hf.pad_token_id is not None else 0
-        self.types = "token_type_ids" in hf.model_input_names  # whether the model reads them
-        self.hf = hf
+        self.pad_id = loaded.pad_token_id if loaded.pad_token_id is not None else 0
+        self.types = loaded.types  # whether the model reads token_type_ids
+        self.trust_remote_code = trust_remote_code
+        self.loaded = loaded
         self.path = path
+
+    @property
+    def hf(self) -> Any:
+        """The transformers tokenizer (decoding, generation settings), loaded on first use when
+        the tokenizer itself came straight from the folder's files."""
+        if self.loaded.hf is None:
+            self.loaded.hf = through_transformers(self.path, self.trust_remote_code).hf
+        return self.loaded.hf
 
     def encode(self, texts: list[str]) -> tuple[list[np.ndarray], int]:
         """Token ids of every text and how many were truncated, in one tokenizer call."""
