@@ -3,9 +3,14 @@
 - ``done/<chunk>.json``: one record per committed chunk, written after its data file is in
   place; it names the file with its size and digests (see `batchscore.output.manifest`). The
   record is the commit point.
-- ``writing/<chunk>.json``: the intent written just before a data file is published. A file
+- ``writing/<chunk>.json``: the intent written just before data files are published, one
+  entry per chunk of a group committed together (named by the group's first chunk). A file
   published by a crashed attempt is known by it (and by its size and footer), so clean-up
   deletes that file and nothing else: a file batchscore did not write is never touched.
+
+Chunks finished at the same moment (a window's many small shards) commit as a group: their
+files are fsynced together, one intent names them all, one folder fsync publishes them, and
+their records (still one file per chunk) are made durable together.
 - ``job.json``: the job that claimed the folder with its first commit (see `claim`).
 
 Every file operation goes through the output's `Store`, so the same protocol holds in a local
@@ -107,7 +112,21 @@ class Checkpoint:
 
     def intents(self) -> dict[str, dict[str, Any]]:
         """Every readable intent whose publish may not have finished, by chunk key."""
-        return {r["chunk"]: r for r in self.read_all(WRITING, INTENT_KEYS)}
+        return {r["chunk"]: r for _, entries in self.intent_files() for r in entries}
+
+    def intent_files(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Each readable intent file with its entries (one file of an earlier version holds
+        a single intent, not a list); a file with a damaged entry is damaged as a whole."""
+        found = []
+        for rel, data in self.read_all(WRITING, (), with_names=True):
+            entries = data["chunks"] if isinstance(data.get("chunks"), list) else [data]
+            bad = next((e for e in entries if not all(k in e for k in INTENT_KEYS)), None)
+            if bad is None:
+                found.append((rel, entries))
+            else:
+                why = f"an entry lacks {', '.join(k for k in INTENT_KEYS if k not in bad)}"
+                self.damaged[rel] = str(Damaged(self.store.where(rel), why))
+        return found
 
     def drop_damaged(self) -> list[str]:
         """Remove the damaged records and intents the last reads found (batchscore's own files,
@@ -118,29 +137,35 @@ class Checkpoint:
             self.damaged.pop(rel)
         return [self.store.where(rel) for rel in dropped]
 
-    def intend(self, record: dict[str, Any]) -> None:
-        """Say which file is about to be published, and what it holds, before publishing it."""
-        self.write_json(intent_name(record["chunk"]), record)
+    def intend(self, records: list[dict[str, Any]]) -> None:
+        """Say which files are about to be published, and what each holds, before publishing
+        them: one durable intent for the group, named by its first chunk."""
+        self.write_json(intent_name(records[0]["chunk"]), {"chunks": records})
 
-    def commit(self, record: dict[str, Any]) -> None:
-        """The commit point: record a chunk whose data file is already durably in place.
+    def commit(self, records: list[dict[str, Any]]) -> None:
+        """The commit point: record chunks whose data files are already durably in place, one
+        record file per chunk, made durable together; then drop the group's intent.
 
-        If the record cannot be written, the data file is removed again, so a reader of the
-        output never sees rows that are not committed.
+        If the records cannot be written, those written and the data files are removed again,
+        so a reader of the output never sees rows that are not committed.
         """
-        faults.hit("before-record")
-        rel = record_name(record["chunk"])
+        for _ in records:
+            faults.hit("before-record")
+        files = {record_name(r["chunk"]): r for r in records}
         try:
             try:
                 faults.hit("write-record")
             except OSError as exc:
-                raise write_error(self.store.where(rel), exc) from exc
-            self.write_json(rel, record)
+                raise write_error(self.store.where(next(iter(files))), exc) from exc
+            self.write_many(files)
         except WriteError:
-            self.store.delete(record["file"])
+            for rel, record in files.items():
+                self.store.delete(rel)
+                self.store.delete(record["file"])
             raise
-        faults.hit("after-record")
-        self.store.delete(intent_name(record["chunk"]))
+        for _ in records:
+            faults.hit("after-record")
+        self.store.delete(intent_name(records[0]["chunk"]))
 
     def forget(self, key: str, record: dict[str, Any]) -> None:
         """Un-commit a chunk: drop its record first, so a crash in between leaves only an
@@ -158,11 +183,13 @@ class Checkpoint:
         """
         garbage = []
         committed = set(self.store.names(DONE))
-        for key, intent in self.intents().items():
-            if f"{key}.json" not in committed and problem(self.store, intent) is None:
-                self.store.delete(intent["file"])
-                garbage.append(self.store.where(intent["file"]))
-            self.store.delete(intent_name(key))
+        for rel, intents in self.intent_files():
+            for intent in intents:
+                key = intent["chunk"]
+                if f"{key}.json" not in committed and problem(self.store, intent) is None:
+                    self.store.delete(intent["file"])
+                    garbage.append(self.store.where(intent["file"]))
+            self.store.delete(rel)
         if self.tmp_dir.is_dir():
             for path in self.tmp_dir.iterdir():
                 path.unlink(missing_ok=True)
@@ -235,9 +262,11 @@ class Checkpoint:
             raise Damaged(self.store.where(rel), f"it lacks {', '.join(missing)}")
         return data
 
-    def read_all(self, folder: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
-        """Every readable record in ``folder``, read by a few threads at once; damaged ones
-        are noted in `damaged` and left out."""
+    def read_all(
+        self, folder: str, keys: tuple[str, ...], *, with_names: bool = False
+    ) -> list[Any]:
+        """Every readable record in ``folder`` (with its name: ``(rel, record)``), read by a
+        few threads at once; damaged ones are noted in `damaged` and left out."""
         rels = [f"{folder}/{name}" for name in fnmatch.filter(self.store.names(folder), "*.json")]
         with ThreadPoolExecutor(max_workers=READERS) as pool:
             texts = list(pool.map(self.store.read_text, rels))
@@ -249,7 +278,7 @@ class Checkpoint:
                 self.damaged[rel] = str(exc)
                 continue
             if record is not None:  # None: deleted since it was listed
-                records.append(record)
+                records.append((rel, record) if with_names else record)
         return records
 
     def write_json(self, rel: str, data: Any) -> None:
@@ -258,3 +287,10 @@ class Checkpoint:
             self.store.write_json(rel, data)
         except OSError as exc:
             raise write_error(self.store.where(rel), exc) from exc
+
+    def write_many(self, files: dict[str, Any]) -> None:
+        """Write several bookkeeping files, durable together (see `Store.write_many`)."""
+        try:
+            self.store.write_many(files)
+        except OSError as exc:
+            raise write_error(self.store.where(next(iter(files))), exc) from exc

@@ -237,7 +237,10 @@ class Scorer:
             with_error_column=self.skip,
         )
         count(self.stats, window, outcome.batches)
-        return [self.part(window, part, table, errors) for part in window.parts]
+        scored = [self.part(window, part, table, errors) for part in window.parts]
+        for early in scored[:-1]:
+            early.more = True  # the window's chunks are ready together: one group commit
+        return scored
 
     def part(self, window: Window, part: Part, table: pa.Table, errors: dict[int, str]) -> Scored:
         """A part's rows of the window's output, or its shard's first failed row's error."""

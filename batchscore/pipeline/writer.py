@@ -21,6 +21,8 @@ from batchscore.output.layout import part_name, staged_name
 from batchscore.output.manifest import FileFacts, facts_of
 from batchscore.storage import Store
 
+HOLD_BYTES = 1 << 20  # a chunk's rows kept in memory before its file is created (see `append`)
+
 
 class ChunkWriter:
     """Writes one chunk's output file; ``metadata`` goes into its Parquet footer."""
@@ -29,26 +31,42 @@ class ChunkWriter:
         self.store = store
         self.final = part_name(key)
         self.tmp = store.staging / staged_name(self.final, os.getpid())
-        self.schema = schema
+        self.schema = schema.with_metadata(metadata)
         self.rows = 0
-        try:
-            self.writer = pq.ParquetWriter(self.tmp, schema.with_metadata(metadata))
-        except OSError as exc:
-            raise write_error(self.tmp, exc) from exc
+        self.writer: pq.ParquetWriter | None = None  # the staged file, once there is one
+        self.held: list[pa.Table] = []  # windows not yet written to it
+        self.held_bytes = 0
 
     def append(self, table: pa.Table) -> None:
-        """Add a window of scored rows (already in input order and in the output schema)."""
+        """Add a window of scored rows (already in input order and in the output schema).
+
+        A small chunk's windows stay in memory until `finish`, so its file is created there,
+        where a group's files are created a few at once (creating a file waits on the
+        journal); a chunk past `HOLD_BYTES` streams to its file as before.
+        """
         try:
             faults.hit("write-chunk")
-            self.writer.write_table(table)
+            self.held.append(table)
+            self.held_bytes += table.nbytes
+            if self.held_bytes > HOLD_BYTES:
+                self.spill()
         except OSError as exc:
             self.abort()
             raise write_error(self.tmp, exc) from exc
         self.rows += table.num_rows
 
+    def spill(self) -> None:
+        """Write the held windows to the staged file, creating it first if need be."""
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.tmp, self.schema)
+        for table in self.held:
+            self.writer.write_table(table)
+        self.held, self.held_bytes = [], 0
+
     def finish(self, expected_rows: int) -> FileFacts:
         """Close, make durable and verify the staged file; return its facts (not yet visible)."""
         try:
+            self.spill()
             self.writer.close()
             faults.hit("after-temp-write")
             self.store.sync(self.tmp)
@@ -64,8 +82,9 @@ class ChunkWriter:
             )
         return facts
 
-    def publish(self) -> str:
-        """Move the finished file into place; the chunk is not yet committed.
+    def publish(self, *, durable: bool = True) -> str:
+        """Move the finished file into place; the chunk is not yet committed. ``durable=False``
+        leaves the move to the caller's `Store.barrier` (a group of chunks syncs once).
 
         A file already at the chunk's name is not batchscore's (its own were removed with their
         records), so it is left alone and the run stops.
@@ -78,7 +97,7 @@ class ChunkWriter:
                     "this chunk's output goes; it is left as it is: move it away, or point "
                     "[output].path at another folder"
                 )
-            self.store.publish(self.tmp, self.final)
+            self.store.publish(self.tmp, self.final, durable=durable)
             faults.hit("after-rename")
         except OSError as exc:
             self.abort()
@@ -87,6 +106,8 @@ class ChunkWriter:
 
     def abort(self) -> None:
         """Drop the temporary file; nothing of this attempt becomes visible."""
-        with contextlib.suppress(OSError):
-            self.writer.close()
+        if self.writer is not None:
+            with contextlib.suppress(OSError):
+                self.writer.close()
+        self.held = []
         self.tmp.unlink(missing_ok=True)

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ import pyarrow.fs as pafs
 from batchscore.errors import WriteError
 from batchscore.storage.fs import to_url
 from batchscore.storage.retry import Retry
+
+UPLOADERS = 16  # a group commit's records: each is a request, so a few go at once
 
 
 def local_folder(url: str) -> Path:
@@ -83,6 +86,11 @@ class ObjectStore:
     def write_text(self, rel: str, text: str) -> None:
         self.upload(pa.py_buffer(text.encode()), rel)
 
+    def write_many(self, files: dict[str, Any]) -> None:
+        """One upload per file, a few at once (each is a request, durable when it returns)."""
+        with ThreadPoolExecutor(max_workers=UPLOADERS) as pool:
+            list(pool.map(lambda rel: self.write_json(rel, files[rel]), files))
+
     def size(self, rel: str) -> int | None:
         info = self.retry.call(lambda: self.fs.get_file_info(self.key(rel)), self.where(rel))
         return info.size if info.type == pafs.FileType.File else None
@@ -116,7 +124,8 @@ class ObjectStore:
     def sync(self, local: Path) -> None:
         """Nothing: the staged file is only a source for the upload, which is the durable step."""
 
-    def publish(self, local: Path, rel: str) -> None:
+    def publish(self, local: Path, rel: str, *, durable: bool = True) -> None:
+        """An upload is durable when it returns, whatever ``durable`` asks."""
         with pa.memory_map(str(local)) as source:
             self.upload(source.read_buffer(), rel)
         local.unlink(missing_ok=True)

@@ -37,6 +37,11 @@ class Store(Protocol):
         """Replace ``rel`` with ``text``, atomically."""
         ...
 
+    def write_many(self, files: dict[str, Any]) -> None:
+        """Replace each ``rel`` with its data as JSON, each atomically, all durable on return
+        (a group commit's records: one wait for the disk, not one per file)."""
+        ...
+
     def size(self, rel: str) -> int | None:
         """A file's size in bytes, or None when it does not exist."""
         ...
@@ -58,13 +63,17 @@ class Store(Protocol):
         ...
 
     def barrier(self, rel_dir: str) -> None:
-        """Make earlier deletions in ``rel_dir`` durable before what follows."""
+        """Make earlier deletions and renames in ``rel_dir`` durable before what follows."""
         ...
 
     def sync(self, local: Path) -> None:
         """Make a finished staging file durable, ready to publish."""
         ...
 
-    def publish(self, local: Path, rel: str) -> None:
-        """Move a finished staging file to ``rel``: visible whole, or not at all."""
+    def publish(self, local: Path, rel: str, *, durable: bool = True) -> None:
+        """Move a finished staging file to ``rel``: visible whole, or not at all.
+
+        ``durable=False`` leaves making the move durable to a later `barrier` of its folder,
+        so a group of files published together waits for the disk once.
+        """
         ...

@@ -32,8 +32,8 @@ def commit(ckpt: Checkpoint, key: str) -> dict:
     ckpt.prepare()
     record = write_part(Path(ckpt.output), key)
     ckpt.claim(JOB.record())
-    ckpt.intend(record)
-    ckpt.commit(record)
+    ckpt.intend([record])
+    ckpt.commit([record])
     return record
 
 
@@ -78,8 +78,8 @@ def test_sweep_removes_a_crashed_publish_and_nothing_else(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
     commit(ckpt, "a-00000")
     crashed = write_part(tmp_path, "a-00001")  # published, never recorded
-    ckpt.intend(crashed)
-    ckpt.intend(write_part(tmp_path / "_batchscore", "a-00002"))  # intent, never published
+    ckpt.intend([crashed])
+    ckpt.intend([write_part(tmp_path / "_batchscore", "a-00002")])  # intent, never published
     (tmp_path / part_name("a-00002")).write_bytes(b"not what the intent says")
     (ckpt.tmp_dir / "part-a-00003.parquet.123.tmp").write_bytes(b"half")
     (tmp_path / "part-00000-3f2a.snappy.parquet").write_bytes(b"spark's")
