@@ -23,6 +23,7 @@ from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.output.pending import Chunk
+from batchscore.pipeline.assemble import assemble
 from batchscore.pipeline.continuous import run_stream, streams
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import padded_tokens, restore
@@ -141,42 +142,6 @@ def non_finite(out: Any, batch: np.ndarray) -> list[int]:
         return []  # generated tokens, say: nothing to be non-finite
     finite = np.isfinite(out.reshape(len(out), -1)).all(axis=1)
     return [int(u) for u in batch[~finite]]
-
-
-def assemble(
-    table: pa.Table,
-    columns: dict[str, pa.Array],
-    *,
-    carried: tuple[str, ...],
-    fields: list[pa.Field],
-    encoded_rows: np.ndarray,
-    errors: dict[int, str],
-    with_error_column: bool,
-) -> pa.Table:
-    """Output rows in input order: carried columns, task columns (null for failed rows), error."""
-    n = table.num_rows
-    position = np.full(n, -1, dtype=np.int64)
-    position[encoded_rows] = np.arange(len(encoded_rows))
-    position[list(errors)] = -1
-    # From buffers: `pa.array` asks whether its input is a pandas object, importing pandas (0.4 s)
-    missing = position < 0
-    valid = pa.py_buffer(np.packbits(~missing, bitorder="little"))
-    take = pa.Array.from_buffers(
-        pa.int64(), n, [valid, pa.py_buffer(position)], null_count=int(missing.sum())
-    )
-    in_place = not errors and len(encoded_rows) == n
-    out = table.select(list(carried))
-    for f in fields:
-        if f.name not in columns:
-            values = pa.nulls(n, f.type)
-        else:
-            values = columns[f.name] if in_place else columns[f.name].take(take)
-        out = out.append_column(f, values)
-    if with_error_column:
-        messages = [errors.get(i) for i in range(n)]
-        error = pa.array(messages, pa.string()) if errors else pa.nulls(n, pa.string())
-        out = out.append_column(pa.field("error", pa.string()), error)
-    return out
 
 
 def count(stats: RunStats, window: Window, ran: list[np.ndarray]) -> None:
