@@ -15,6 +15,7 @@ an `[input].where` that does not fit a shard's columns is the job's error, not t
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -28,6 +29,7 @@ from batchscore.output.manifest import problems, written_for
 from batchscore.pipeline.shards import Shard, check_columns, is_text, open_shard
 
 log = logging.getLogger("batchscore")
+FOOTER_READS = 8  # shard footers read at once while the plan is made
 
 
 @dataclass(frozen=True)
@@ -125,39 +127,94 @@ def pending_work(
     plan = Pending()
     rows_filter = RowFilter(inp.where) if inp.where is not None else None
     committed = stale(ckpt, shards, plan, forget=forget)
+    by_shard: dict[str, list[dict]] = {}
+    for key, record in committed.items():
+        by_shard.setdefault(shard_of(key), []).append(record)
+    whole = {s.key for s in shards if whole_shard(by_shard.get(s.key, []))}
     reference: tuple[pa.Schema, str] | None = None
-    for shard in shards:
-        records = [r for key, r in committed.items() if shard_of(key) == shard.key]
-        plan.bad_by_shard[shard.path] = sum(r["bad_rows"] for r in records)
-        if records and len(records) == records[0]["chunks"] and reference is not None:
-            plan.done_chunks += len(records)
-            plan.done_rows += sum(r["rows"] for r in records)
-            plan.total_rows += sum(r["stop"] - r["start"] for r in records)
-            continue  # whole shard committed: its rows are not read again
-        try:
-            pf = open_shard(shard)
-            plan.total_rows += pf.metadata.num_rows
-            check_columns(shard, pf.schema_arrow, inp.carried, kinds)
-            check_where(rows_filter, shard, pf.schema_arrow)
-            carried = pa.schema([pf.schema_arrow.field(c) for c in inp.carried])
-            if reference is None:
-                reference = (carried, shard.path)
-            else:
-                check_drift(shard, carried, *reference)
-                reference = (typed(reference[0], carried), reference[1])
-        except InputDataError as exc:
-            plan.failures.append({"shard": shard.path, "error": str(exc)})
-            continue
-        for chunk in chunks_of(shard, pf.metadata.num_rows, chunk_rows):
-            if chunk.key in committed:
-                plan.done_chunks += 1
-                plan.done_rows += committed[chunk.key]["rows"]
-            else:
-                plan.chunks.append(chunk)
+    pool = ThreadPoolExecutor(FOOTER_READS)
+    try:
+        ahead = {s.key: pool.submit(read_footer, s) for s in shards if s.key not in whole}
+        for shard in shards:
+            records = by_shard.get(shard.key, [])
+            plan.bad_by_shard[shard.path] = sum(r["bad_rows"] for r in records)
+            if shard.key in whole and reference is not None:
+                plan.done_chunks += len(records)
+                plan.done_rows += sum(r["rows"] for r in records)
+                plan.total_rows += sum(r["stop"] - r["start"] for r in records)
+                continue  # whole shard committed: its rows are not read again
+            footer = ahead[shard.key].result() if shard.key in ahead else read_footer(shard)
+            reference = plan_shard(plan, shard, footer, reference, inp, kinds, rows_filter,
+                                   chunk_rows, committed)  # fmt: skip
+    finally:  # a storage error stops the plan: the footers not yet read are not read
+        pool.shutdown(cancel_futures=True)
     plan.carried = reference[0] if reference else pa.schema([])
     if forget:  # a dry run leaves the folder as it is
         check_room(ckpt, plan.chunks, fingerprint)
     return plan
+
+
+def whole_shard(records: list[dict]) -> bool:
+    """Whether these commit records cover every chunk of their shard."""
+    return bool(records) and len(records) == records[0]["chunks"]
+
+
+@dataclass(frozen=True)
+class Footer:
+    """What planning needs of a shard's footer (the file itself is closed again)."""
+
+    rows: int
+    schema: pa.Schema
+
+
+def read_footer(shard: Shard) -> Footer | InputDataError:
+    """A shard's row count and schema, or the error that names it. Footers are read a few at a
+    time: each read waits on storage (a round trip on an object store), not on Python."""
+    try:
+        pf = open_shard(shard)
+    except InputDataError as exc:
+        return exc
+    try:
+        return Footer(pf.metadata.num_rows, pf.schema_arrow)
+    finally:
+        pf.close()
+
+
+def plan_shard(
+    plan: Pending,
+    shard: Shard,
+    footer: Footer | InputDataError,
+    reference: tuple[pa.Schema, str] | None,
+    inp: InputConfig,
+    kinds: dict[str, str],
+    rows_filter: RowFilter | None,
+    chunk_rows: int,
+    committed: dict[str, dict],
+) -> tuple[pa.Schema, str] | None:
+    """Check one shard against the job and the shards before it, and add its chunks to the
+    plan (those committed as done); returns the schema later shards must match."""
+    try:
+        if isinstance(footer, InputDataError):
+            raise footer
+        plan.total_rows += footer.rows
+        check_columns(shard, footer.schema, inp.carried, kinds)
+        check_where(rows_filter, shard, footer.schema)
+        carried = pa.schema([footer.schema.field(c) for c in inp.carried])
+        if reference is None:
+            reference = (carried, shard.path)
+        else:
+            check_drift(shard, carried, *reference)
+            reference = (typed(reference[0], carried), reference[1])
+    except InputDataError as exc:
+        plan.failures.append({"shard": shard.path, "error": str(exc)})
+        return reference
+    for chunk in chunks_of(shard, footer.rows, chunk_rows):
+        if chunk.key in committed:
+            plan.done_chunks += 1
+            plan.done_rows += committed[chunk.key]["rows"]
+        else:
+            plan.chunks.append(chunk)
+    return reference
 
 
 def stale(
