@@ -57,31 +57,36 @@ def main() -> None:
     shutil.rmtree(args.work, ignore_errors=True)
     data = args.work / "data"
     sample_corpus.write_shards(bench.sample(args.rows), data, shards=1)
-    trees = {"this tree": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
+    # name -> (source tree, [model].precision; None: the key left out, as in the default job)
+    trees = {"this tree": (ROOT, "fp32"), "this tree, default job": (ROOT, None)}
+    if args.baseline:
+        trees["baseline"] = (args.baseline, "fp32")
     jobs = {}
     shutil.rmtree(bench.XDG, ignore_errors=True)
-    for name, tree in trees.items():
-        folder = args.work / name.replace(" ", "-")
+    for name, (tree, precision) in trees.items():
+        folder = args.work / name.replace(" ", "-").replace(",", "")
         folder.mkdir()
-        jobs[name] = bench.job_file(folder, data, name="all-MiniLM-L6-v2", precision="fp32",
-                                    max_length=256)  # fmt: skip
+        keys = {"precision": precision} if precision else {}
+        jobs[name] = bench.job_file(folder, data, name="all-MiniLM-L6-v2", max_length=256, **keys)
         with source(tree):
-            bench.batchscore_run(jobs[name])  # times fp32's batch budget, as a first run does
+            bench.batchscore_run(jobs[name])  # what a first run on the machine measures
     first: dict[str, list[float]] = {name: [] for name in trees}
     torch_s = []
     for _ in range(args.rounds):  # interleaved: a drift in machine load hits all alike
-        for name, tree in trees.items():
+        for name, (tree, _) in trees.items():
             with source(tree):
                 first[name].append(bench.batchscore_run(jobs[name])["first_batch_s"])
         torch_s.append(bench.import_torch())
     floor = statistics.median(torch_s)
-    print(f"medians of {args.rounds} interleaved rounds, fp32, process start to first batch")
+    print(f"medians of {args.rounds} interleaved rounds, {args.rows} rows, process start to "
+          "first batch; fp32 unless named the default job (no precision key)")  # fmt: skip
     label = 'python -c "import torch"'
     print(f"{label:<28} {floor:6.2f} s")
     for name, runs in first.items():
         run = statistics.median(runs)
         each = ", ".join(f"{s:.2f}" for s in runs)
-        print(f"{name:<28} {run:6.2f} s  {run / floor:.2f}x torch  ({trees[name]}; each: {each})")
+        where = trees[name][0]
+        print(f"{name:<28} {run:6.2f} s  {run / floor:.2f}x torch  ({where}; each: {each})")
 
 
 if __name__ == "__main__":
