@@ -69,7 +69,7 @@ def trial(
     started = time.perf_counter()
     if reuse is not None and reuse.executor is not None and convertible(reuse.executor, precision):
         task, executor = reuse.task, reuse.executor
-        convert(job, task, executor, precision, table)
+        convert(job, model_path, task, executor, precision, table)
     else:
         executor = Executor(dataclasses.replace(job.model, precision=precision))
         task = load_at(job, model_path, executor, table)

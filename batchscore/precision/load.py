@@ -16,7 +16,7 @@ import pyarrow as pa
 import torch
 
 from batchscore.errors import ModelError, QualityGateError
-from batchscore.job.sections import Job
+from batchscore.job.sections import Job, ModelConfig
 from batchscore.models.base import Task
 from batchscore.models.tasks import generates, load_task
 from batchscore.observe.progress import stage
@@ -39,16 +39,20 @@ def load_at(job: Job, model_path: Path, executor: Executor, sample: pa.Table | N
     """Load the job's task at the executor's precision; calibrate it on ``sample`` (the gate's
     rows, read when not given) when the precision is a calibrated one."""
     model = dataclasses.replace(job.model, precision=executor.precision)
-    entry = precision(executor.precision)
-    if not entry.generates and generates(model, model_path):
-        raise ModelError(
-            f'[model].precision: "{executor.precision}" measures quality by comparing output '
-            f"vectors, and {model_path} generates text; use fp32 or bf16 for generation"
-        )
+    refuse_generation(model, model_path)
     task = load_task(model_path, model=model, options=job.task, inp=job.input, executor=executor)
-    if entry.calibrated:
+    if precision(executor.precision).calibrated:
         calibrate_on(job, task, executor, sample)
     return task
+
+
+def refuse_generation(model: ModelConfig, model_path: Path) -> None:
+    """A precision judged by comparing output vectors (int8) cannot be judged on generated text."""
+    if not precision(model.precision).generates and generates(model, model_path):
+        raise ModelError(
+            f'[model].precision: "{model.precision}" measures quality by comparing output '
+            f"vectors, and {model_path} generates text; use fp32 or bf16 for generation"
+        )
 
 
 def convertible(loaded: Executor, name: str) -> bool:
@@ -59,8 +63,11 @@ def convertible(loaded: Executor, name: str) -> bool:
     return entry.calibrated and entry.dtype == loaded.dtype and not loaded.compile
 
 
-def convert(job: Job, task: Task, executor: Executor, name: str, sample: pa.Table) -> None:
+def convert(
+    job: Job, model_path: Path, task: Task, executor: Executor, name: str, sample: pa.Table
+) -> None:
     """Make ``task``, loaded in fp32 by ``executor``, run at ``name`` (see `convertible`)."""
+    refuse_generation(dataclasses.replace(job.model, precision=name), model_path)
     executor.precision, executor.compile, executor.busy_s = name, False, 0.0
     calibrate_on(job, task, executor, sample)
 
