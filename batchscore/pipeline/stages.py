@@ -28,11 +28,6 @@ from batchscore.pipeline.reader import Rows, read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
 from batchscore.pipeline.shards import find_shards, open_shard
 
-# Chunks one window may span: a window's chunks commit only once all of it is scored, so a
-# window of thousands of one-row shards would leave thousands of commits until after the model's
-# last batch; windows of 500 sort and pad nearly as well, and commit while the next one scores.
-WINDOW_CHUNKS = 500
-
 
 @dataclass
 class Part:
@@ -137,9 +132,7 @@ def distinct(encoded: Encoded) -> tuple[np.ndarray, np.ndarray | None]:
 def windows(job: Job, chunks: list[Chunk], task: Encoding) -> Iterator[Window]:
     """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread).
 
-    Rows gather across chunks until a window holds `[batching].window_rows` input rows, or
-    parts of `WINDOW_CHUNKS` chunks (their commits then overlap the next window's scoring,
-    rather than all waiting for one window's end). A shard
+    Rows gather across chunks until a window holds `[batching].window_rows` input rows. A shard
     that fails reading yields one window carrying its error, after the rows read before it, and
     no more of its rows.
     """
@@ -156,7 +149,7 @@ def windows(job: Job, chunks: list[Chunk], task: Encoding) -> Iterator[Window]:
                     yield from combine(job, parts, task, gone)  # one window, one schema
                     parts = []
                 parts.append(Part(chunk, rows))
-                if sum(p.rows.read for p in parts) >= size or len(parts) >= WINDOW_CHUNKS:
+                if sum(p.rows.read for p in parts) >= size:
                     yield from combine(job, parts, task, gone)
                     parts = []
         except InputDataError as exc:
