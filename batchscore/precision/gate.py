@@ -67,7 +67,8 @@ def trial(
     ``reuse``: the fp32 reference, whose model becomes ``precision`` in place where it can
     (int8: `convertible`) instead of being loaded again; it is let go either way."""
     started = time.perf_counter()
-    if reuse is not None and reuse.executor is not None and convertible(reuse.executor, precision):
+    loaded = reuse.executor if reuse is not None else None
+    if loaded is not None and convertible(precision, compiled=loaded.compile):
         task, executor = reuse.task, reuse.executor
         convert(job, model_path, task, executor, precision, table)
     else:

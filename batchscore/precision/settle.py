@@ -33,8 +33,7 @@ from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.cache import DecisionCache, cache_key
 from batchscore.precision.choose import choose_budget, choose_precision
 from batchscore.precision.gate import Trial
-from batchscore.precision.load import trial_budget
-from batchscore.precision.table import precision
+from batchscore.precision.load import convertible, trial_budget
 
 log = logging.getLogger("batchscore")
 
@@ -124,14 +123,14 @@ def from_cache(
     when = f"cached on this machine ({cached.get('measured_at', 'earlier')})"
     sooner = ""
     if auto and name not in (None, "fp32") and rows is not None:
-        converts = precision(name).calibrated and not job.model.compile  # see load.convertible
+        converts = convertible(name, compiled=job.model.compile)
         fp32_s, other_s, gate_s = expected_s(cached, name, rows, table.num_rows, converts)
         if fp32_s is not None:
-            sooner = (f"for {rows:,} rows, {{}} is expected to finish first: fp32 in "
+            first = "fp32" if fp32_s <= other_s else name
+            sooner = (f"for {rows:,} rows, {first} is expected to finish first: fp32 in "
                       f"{fp32_s:.1f} s, {name} in {other_s:.1f} s ({gate_s:.1f} s of it its "
                       f"quality gate); ")  # fmt: skip
-            name = "fp32" if fp32_s <= other_s else name
-            sooner = sooner.format(name)
+            name = first
     budgets = cached.get("budgets", {})
     budget = budgets.get(name)
     if budget is None and sooner:  # fp32 chosen by expectation: the budget timed for the other
