@@ -86,14 +86,16 @@ def run_process(command: list[str]) -> tuple[float, float, str]:
 
 
 def batchscore_run(job: Path, *sets: str) -> dict:
-    """`batchscore run` end to end in a fresh process; its run report plus process figures."""
+    """`batchscore run` end to end in a fresh process, into an empty output folder (the job's
+    ``out`` beside it); its run report plus process figures. The folder is emptied before the
+    clock starts, not by ``--restart``: removing thousands of files is not the run's work."""
+    shutil.rmtree(job.parent / "out", ignore_errors=True)
     command = [
         sys.executable,
         "-m",
         "batchscore",
         "run",
         str(job),
-        "--restart",
         "--progress",
         "off",
         *(a for s in sets for a in ("--set", s)),

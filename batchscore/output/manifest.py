@@ -59,7 +59,22 @@ def facts_of(path: Path) -> FileFacts:
         length = footer_of(fh.read(8))
         fh.seek(max(size - length - 8, 0))
         footer = fh.read(length + 8)
-    return FileFacts(size, pq.read_metadata(path).num_rows, digest(footer), whole)
+    return facts_from(size, footer, whole)
+
+
+def facts_of_bytes(data: pa.Buffer) -> FileFacts:
+    """The facts of a file from the bytes written to it (a small chunk encoded in memory)."""
+    view = memoryview(data)
+    length = footer_of(bytes(view[-8:]))
+    footer = bytes(view[max(len(view) - length - 8, 0) :])
+    return facts_from(len(view), footer, hashlib.sha256(view).hexdigest())
+
+
+def facts_from(size: int, footer: bytes, whole: str) -> FileFacts:
+    """Facts from a file's footer (its last bytes, length and magic included): the row count
+    is read from the footer itself, so the file is not opened again."""
+    rows = pq.read_metadata(pa.BufferReader(footer)).num_rows
+    return FileFacts(size, rows, digest(footer), whole)
 
 
 def problem(store: Store, record: dict[str, Any]) -> str | None:

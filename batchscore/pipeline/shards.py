@@ -107,6 +107,19 @@ def expand_url(pattern: str, retry: Retry) -> dict[str, tuple[int, int]]:
     return found
 
 
+def real_paths(paths: list[Path]) -> list[str]:
+    """Each path with every link resolved (`os.path.realpath`), resolving each folder once:
+    thousands of shards in one folder would otherwise walk the same folders thousands of times."""
+    folders: dict[Path, str] = {}
+    real = []
+    for path in paths:
+        if path.parent not in folders:
+            folders[path.parent] = os.path.realpath(path.parent)
+        full = os.path.join(folders[path.parent], path.name)
+        real.append(os.path.realpath(full) if os.path.islink(full) else full)
+    return real
+
+
 def find_shards(inp: InputConfig, retry: Retry | None = None) -> list[Shard]:
     """Every shard the job names, in sorted path order, each once; its reads are retried
     (and counted) by ``retry``."""
@@ -117,9 +130,9 @@ def find_shards(inp: InputConfig, retry: Retry | None = None) -> list[Shard]:
             found = expand_url(pattern, retry)
         else:
             found = {}
-            for p in expand(pattern):
-                st = os.stat(p.resolve())
-                found[str(p.resolve())] = (st.st_size, st.st_mtime_ns)
+            for path in real_paths(expand(pattern)):
+                st = os.stat(path)
+                found[path] = (st.st_size, st.st_mtime_ns)
         if not found:
             raise JobError(f"[input].path: {pattern}: matches no Parquet files")
         files.update(found)

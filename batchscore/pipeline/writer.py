@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from batchscore import faults
 from batchscore.errors import OutputConflictError, WriteError, write_error
 from batchscore.output.layout import part_name, staged_name
-from batchscore.output.manifest import FileFacts, facts_of
+from batchscore.output.manifest import FileFacts, facts_of, facts_of_bytes
 from batchscore.storage import Store
 
 HOLD_BYTES = 1 << 20  # a chunk's rows kept in memory before its file is created (see `append`)
@@ -55,6 +55,25 @@ class ChunkWriter:
             raise write_error(self.tmp, exc) from exc
         self.rows += table.num_rows
 
+    def complete(self) -> pa.Buffer | None:
+        """Write the rest of the staged file and close it. A chunk still held in memory is
+        encoded there and written in one call, and its bytes are returned, so its facts need
+        not read the file back (on many one-row chunks, path lookups and re-reads cost more
+        than the rows); a streamed chunk's file is closed, and None returned."""
+        if self.writer is not None:
+            self.spill()
+            self.writer.close()
+            return None
+        sink = pa.BufferOutputStream()
+        with pq.ParquetWriter(sink, self.schema) as writer:
+            for table in self.held:
+                writer.write_table(table)
+        data = sink.getvalue()
+        with open(self.tmp, "wb") as fh:
+            fh.write(data)
+        self.held = []
+        return data
+
     def spill(self) -> None:
         """Write the held windows to the staged file, creating it first if need be."""
         if self.writer is None:
@@ -66,12 +85,11 @@ class ChunkWriter:
     def finish(self, expected_rows: int) -> FileFacts:
         """Close, make durable and verify the staged file; return its facts (not yet visible)."""
         try:
-            self.spill()
-            self.writer.close()
+            data = self.complete()
             faults.hit("after-temp-write")
             self.store.sync(self.tmp)
             faults.hit("after-fsync")
-            facts = facts_of(self.tmp)
+            facts = facts_of(self.tmp) if data is None else facts_of_bytes(data)
         except OSError as exc:
             self.abort()
             raise write_error(self.tmp, exc) from exc
