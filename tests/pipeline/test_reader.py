@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,6 +43,22 @@ def test_folder_glob_and_list_in_sorted_order(tmp_path: Path):
         InputConfig(path=(str(tmp_path / "in" / "b.parquet"), str(tmp_path / "in")))
     )
     assert len(listed) == 3  # b.parquet named twice counts once
+
+
+def test_shards_are_named_by_their_real_path_through_links(tmp_path: Path):
+    """A shard reached through a linked folder or a linked file is the file it points to,
+    named once, as `os.path.realpath` names it (each folder is resolved once, not per shard)."""
+    real = make(tmp_path / "data" / "a.parquet", 3)
+    make(tmp_path / "data" / "b.parquet", 3)
+    (tmp_path / "linked").symlink_to(tmp_path / "data")
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "c.parquet").symlink_to(real)
+    through_folder = find_shards(InputConfig(path=(str(tmp_path / "linked"),)))
+    assert [s.path for s in through_folder] == [
+        os.path.realpath(tmp_path / "data" / name) for name in ("a.parquet", "b.parquet")
+    ]
+    both = find_shards(InputConfig(path=(str(tmp_path / "files"), str(tmp_path / "linked"))))
+    assert [s.path for s in both] == [s.path for s in through_folder]  # a.parquet counts once
 
 
 def test_missing_inputs_are_named(tmp_path: Path):

@@ -88,3 +88,29 @@ def test_abort_leaves_nothing(tmp_path: Path):
     writer.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
     writer.abort()
     assert visible(tmp_path) == [] and list(store.staging.iterdir()) == []
+
+
+def test_a_large_chunk_streams_to_its_file_and_its_facts_are_read_back(tmp_path: Path):
+    """Past `HOLD_BYTES` a chunk's rows go to its staged file as they come (memory stays
+    bounded); a small chunk is encoded in memory and its facts come from those bytes. Both
+    describe the file as a later run reads it."""
+    store = LocalStore(tmp_path)
+    store.prepare()
+    vector = [0.5] * 1024  # 4 KiB a row
+    window = pa.table({"id": ["x"] * 100, "embedding": [vector] * 100}, schema=SCHEMA)
+    large = ChunkWriter(store, "00000-00000", SCHEMA, {})
+    small = ChunkWriter(store, "00001-00000", SCHEMA, {})
+    for _ in range(4):  # 1.6 MB in all
+        large.append(window)
+    small.append(window.slice(0, 3))
+    assert large.writer is not None and large.tmp.exists()  # streamed before finish
+    assert small.writer is None and not small.tmp.exists()  # held until finish
+    for writer, rows in ((large, 400), (small, 3)):
+        facts = writer.finish(rows)
+        assert facts == facts_of(Path(writer.publish())) and facts.rows == rows
+    with pytest.raises(WriteError, match="holds 3 rows, expected 4"):
+        again = ChunkWriter(store, "00002-00000", SCHEMA, {})
+        again.append(window.slice(0, 3))
+        again.finish(4)
+    assert list(store.staging.iterdir()) == []  # the refused file was dropped
+
