@@ -113,4 +113,3 @@ def test_a_large_chunk_streams_to_its_file_and_its_facts_are_read_back(tmp_path:
         again.append(window.slice(0, 3))
         again.finish(4)
     assert list(store.staging.iterdir()) == []  # the refused file was dropped
-
