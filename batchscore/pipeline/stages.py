@@ -140,6 +140,7 @@ def windows(job: Job, chunks: list[Chunk], task: Encoding) -> Iterator[Window]:
     columns, size = input_columns(job), job.batching.window_rows
     gone: set[int] = set()  # shards that failed
     parts: list[Part] = []
+    read = 0  # input rows the parts cover
     for chunk in chunks:
         if chunk.shard.index in gone:
             continue
@@ -147,14 +148,15 @@ def windows(job: Job, chunks: list[Chunk], task: Encoding) -> Iterator[Window]:
             for rows in read_rows(chunk, columns, size, row_filter):
                 if parts and rows.table.schema != parts[-1].rows.table.schema:
                     yield from combine(job, parts, task, gone)  # one window, one schema
-                    parts = []
+                    parts, read = [], 0
                 parts.append(Part(chunk, rows))
-                if sum(p.rows.read for p in parts) >= size:
+                read += rows.read
+                if read >= size:
                     yield from combine(job, parts, task, gone)
-                    parts = []
+                    parts, read = [], 0
         except InputDataError as exc:
             yield from combine(job, parts, task, gone)  # what was read before, first
-            parts = []
+            parts, read = [], 0
             gone.add(chunk.shard.index)
             yield failed(chunk, exc)
     yield from combine(job, parts, task, gone)
