@@ -56,10 +56,10 @@ class ChunkWriter:
         self.rows += table.num_rows
 
     def complete(self) -> pa.Buffer | None:
-        """Write the rest of the staged file and close it. A chunk still held in memory is
-        encoded there and written in one call, and its bytes are returned, so its facts need
-        not read the file back (on many one-row chunks, path lookups and re-reads cost more
-        than the rows); a streamed chunk's file is closed, and None returned."""
+        """Finish the file's contents. A chunk still held in memory is encoded there and its
+        bytes returned, for `Store.stage` to write in one call and for its facts (no re-read:
+        on many one-row chunks, path lookups and re-reads cost more than the rows); a
+        streamed chunk's file is written to the end and closed, and None returned."""
         if self.writer is not None:
             self.spill()
             self.writer.close()
@@ -68,11 +68,8 @@ class ChunkWriter:
         with pq.ParquetWriter(sink, self.schema) as writer:
             for table in self.held:
                 writer.write_table(table)
-        data = sink.getvalue()
-        with open(self.tmp, "wb") as fh:
-            fh.write(data)
         self.held = []
-        return data
+        return sink.getvalue()
 
     def spill(self) -> None:
         """Write the held windows to the staged file, creating it first if need be."""
@@ -86,8 +83,12 @@ class ChunkWriter:
         """Close, make durable and verify the staged file; return its facts (not yet visible)."""
         try:
             data = self.complete()
-            faults.hit("after-temp-write")
-            self.store.sync(self.tmp)
+            if data is None:  # streamed: its file is written, now made durable
+                faults.hit("after-temp-write")
+                self.store.sync(self.tmp)
+            else:  # held: written and made durable through one open
+                self.store.stage(self.tmp, data)
+                faults.hit("after-temp-write")
             faults.hit("after-fsync")
             facts = facts_of(self.tmp) if data is None else facts_of_bytes(data)
         except OSError as exc:

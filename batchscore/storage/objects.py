@@ -124,6 +124,10 @@ class ObjectStore:
     def sync(self, local: Path) -> None:
         """Nothing: the staged file is only a source for the upload, which is the durable step."""
 
+    def stage(self, local: Path, data: pa.Buffer) -> None:
+        """Write the staged file (not fsynced: the upload is the durable step)."""
+        local.write_bytes(data)
+
     def publish(self, local: Path, rel: str, *, durable: bool = True) -> None:
         """An upload is durable when it returns, whatever ``durable`` asks."""
         with pa.memory_map(str(local)) as source:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class Store(Protocol):
@@ -68,6 +71,10 @@ class Store(Protocol):
 
     def sync(self, local: Path) -> None:
         """Make a finished staging file durable, ready to publish."""
+        ...
+
+    def stage(self, local: Path, data: pa.Buffer) -> None:
+        """Write a staging file whole from ``data``, as durable as `sync` makes one."""
         ...
 
     def publish(self, local: Path, rel: str, *, durable: bool = True) -> None:
