@@ -6,7 +6,6 @@ loop only moves inputs to the device and times the model, so "model busy" is mea
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -16,16 +15,10 @@ import torch
 
 from batchscore.errors import JobError
 from batchscore.job.sections import ModelConfig
+from batchscore.pipeline.threads import available_cores
 from batchscore.precision.table import check_precision, precision
 
 T = TypeVar("T")
-
-
-def available_cores() -> int:
-    """Cores this process may run on (the affinity mask, where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def resolve_device(spec: str) -> torch.device:

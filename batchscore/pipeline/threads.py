@@ -8,6 +8,7 @@ tokenizing and Parquet writing all release the GIL in native code.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -15,6 +16,13 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 _END = object()
+
+
+def available_cores() -> int:
+    """Cores this process may run on (the affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class _Failed:

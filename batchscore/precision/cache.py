@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import time
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from batchscore.errors import WriteError
+from batchscore.pipeline.threads import available_cores
 from batchscore.storage.local import write_json
 
 log = logging.getLogger("batchscore")
@@ -47,8 +47,7 @@ def device_label(device: torch.device) -> str:
                 break
     except OSError:
         pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"cpu {name} x{cores}"
+    return f"cpu {name} x{available_cores()}"
 
 
 def cache_key(*, model_files: str, task: str, max_length: Any, device: torch.device) -> str:
