@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -29,13 +28,19 @@ THREADS = bench.THREADS
 
 
 def write_layout(table: pa.Table, folder: Path, shards: int) -> Path:
-    """``table`` as ``shards`` Parquet files of equal size (in order) under ``folder/data``."""
+    """``table`` as ``shards`` Parquet files of equal size (in order) under ``folder/data``.
+
+    An earlier benchmark's files are written over, not removed first: files removed just before
+    the runs would slow their file creation (see `bench.set_aside`).
+    """
     data = folder / "data"
-    shutil.rmtree(data, ignore_errors=True)
-    data.mkdir(parents=True)
+    data.mkdir(parents=True, exist_ok=True)
     per = -(-table.num_rows // shards)
-    for i in range(shards):
-        pq.write_table(table.slice(i * per, per), data / f"part-{i:05d}.parquet")
+    names = [data / f"part-{i:05d}.parquet" for i in range(shards)]
+    for i, name in enumerate(names):
+        pq.write_table(table.slice(i * per, per), name)
+    for stale in set(data.iterdir()) - set(names):  # a larger --rows run's
+        stale.unlink()
     return data
 
 
