@@ -15,6 +15,7 @@ import torch
 
 from batchscore.errors import JobError
 from batchscore.job.sections import ModelConfig
+from batchscore.pipeline.packing import pack_linears
 from batchscore.pipeline.threads import available_cores
 from batchscore.precision.table import check_precision, precision
 
@@ -77,9 +78,12 @@ class Executor:
 
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
         """Cast once, move once, switch to inference behaviour (no dropout, no grad); compile
-        when the job asks (`[model].compile`). `prepared` keeps the eager module."""
+        when the job asks (`[model].compile`), else pack float32 CPU Linear weights for oneDNN
+        (`batchscore.pipeline.packing`). `prepared` keeps the eager module."""
         module = module.to(device=self.device, dtype=self.dtype).eval()
         module.requires_grad_(False)
+        if self.device.type == "cpu" and self.dtype == torch.float32 and not self.compile:
+            pack_linears(module)
         self.prepared.append(module)
         return compiled(module) if self.compile else module
 
