@@ -3,7 +3,7 @@
 ``F.linear`` hands each call to the BLAS, which re-blocks the weight for its kernel on every
 call; oneDNN's ``_linear_pointwise`` takes a weight packed once into the layout its kernel reads.
 On this project's 2-core AMD EPYC (AVX2) that ran MiniLM's feed-forward matmuls 1.12-1.19x
-faster, the whole encoder 1.02-1.12x, and greedy generation 1.55-1.72x, where a decoder's
+faster, the whole encoder 1.02-1.12x, and greedy generation 1.5-1.85x, where a decoder's
 steps multiply a few rows at a time (`scripts/packing_study.py`, BENCHMARKS.md). The packed
 copy is read-only: it is made after the last cast (`Executor.prepare`), and any later change of
 dtype or device falls back to ``F.linear`` on the weight.
