@@ -5,8 +5,8 @@ call; oneDNN's ``_linear_pointwise`` takes a weight packed once into the layout 
 On this project's 2-core AMD EPYC (AVX2) that ran MiniLM's feed-forward matmuls 1.12-1.19x
 faster, the whole encoder 1.02-1.12x, and greedy generation 1.5-1.85x, where a decoder's
 steps multiply a few rows at a time (`scripts/packing_study.py`, BENCHMARKS.md). The packed
-copy is read-only: it is made after the last cast (`Executor.prepare`), and any later change of
-dtype or device falls back to ``F.linear`` on the weight.
+copy follows its weight: a weight changed in place (or replaced) is packed again before its next
+call, and one cast to another dtype or moved off the CPU runs through ``F.linear``.
 """
 
 from __future__ import annotations
@@ -33,20 +33,28 @@ class PackedLinear(nn.Linear):
     """
 
     packed: torch.Tensor
+    packed_from: tuple[int, int]  # the weight's storage and version when it was packed
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("packed", None)  # an opaque oneDNN tensor has no storage to copy
+        state.pop("packed_from", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
-        self.packed = pack(self.weight)
+        self.repack()
+
+    def repack(self) -> None:
+        """Pack the weight as it is now."""
+        self.packed, self.packed_from = pack(self.weight), stamp(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
         if x.dtype != torch.float32 or weight.dtype != torch.float32 or x.device.type != "cpu":
             return F.linear(x, weight, self.bias)
+        if stamp(weight) != self.packed_from:  # changed since it was packed
+            self.repack()
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
@@ -54,8 +62,7 @@ def pack_linears(module: nn.Module) -> int:
     """Turn every float32 CPU ``nn.Linear`` (exactly that type: a subclass may do more in its
     forward) of ``module`` into a `PackedLinear`, in place; returns how many (none where torch
     lacks oneDNN). The layer object is kept (its class changes), so every reference to it, and
-    every hook on it, still holds. Call it after the weights' last change: the packed copy does
-    not follow the weight."""
+    every hook on it, still holds."""
     if not packing_available():
         return 0
     count = 0
@@ -64,9 +71,15 @@ def pack_linears(module: nn.Module) -> int:
         if weight is None or weight.dtype != torch.float32 or weight.device.type != "cpu":
             continue
         layer.__class__ = PackedLinear
-        layer.packed = pack(weight)
+        layer.repack()
         count += 1
     return count
+
+
+def stamp(weight: torch.Tensor) -> tuple[int, int]:
+    """What tells that a weight changed: its storage (replaced) and version (changed in place;
+    a weight made under ``inference_mode`` keeps no version, and only its storage is told)."""
+    return weight.data_ptr(), 0 if weight.is_inference() else weight._version
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

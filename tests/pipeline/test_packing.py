@@ -59,6 +59,17 @@ def test_copies_and_pickles_pack_their_own_weights():
         torch.testing.assert_close(other(x), module(x))
 
 
+def test_a_weight_changed_after_packing_is_packed_again():
+    module, x = model().eval(), torch.randn(4, 32)
+    pack_linears(module)
+    layer = module[0]
+    with torch.no_grad():
+        layer.weight.mul_(-2)  # in place
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+    layer.weight = nn.Parameter(torch.randn(64, 32))  # replaced
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
 def test_a_cast_after_packing_runs_on_the_cast_weight():
     module, x = model().eval(), torch.randn(4, 32)
     pack_linears(module)
