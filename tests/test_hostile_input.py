@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -208,11 +210,27 @@ def test_a_read_only_file_system_is_refused_before_work(job: Path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs batchscore as another user (needs root)")
-def test_an_unwritable_output_folder_is_refused_before_work(job: Path):
-    """As an unprivileged user (root may write anywhere), in a folder only root may write."""
-    for folder in (job.parent, *job.parent.parents):
-        folder.chmod(folder.stat().st_mode | 0o005)  # others may read and enter, not write
-    (job.parent / "locked").mkdir(mode=0o755)
+def test_an_unwritable_output_folder_is_refused_before_work(small_corpus):
+    """As an unprivileged user (root may write anywhere), in a folder only root may write.
+
+    The job lives in a folder of its own under the system's temporary folder, not under
+    pytest's: another pytest session starting meanwhile (the CI's soak, say) takes others'
+    access to pytest's folders away again, and the other user could no longer read the job."""
+    home = Path(tempfile.mkdtemp(prefix="batchscore-other-user-"))
+    try:
+        home.chmod(0o755)  # others may read and enter, not write
+        job = make_job(home, small_corpus.slice(0, 30), chunk_rows=5)
+        (home / "locked").mkdir(mode=0o755)
+        done = as_other_user(job)
+    finally:
+        shutil.rmtree(home)
+    assert done.returncode == 6, done.stderr
+    assert "cannot write in" in done.stderr and "permission denied" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def as_other_user(job: Path) -> subprocess.CompletedProcess:
+    """`batchscore validate` of ``job`` as uid 65534, its output in the folder "locked"."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": "/tmp"}
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     validate = [sys.executable, "-m", "batchscore", "validate", str(job)]
@@ -228,9 +246,7 @@ def test_an_unwritable_output_folder_is_refused_before_work(job: Path):
     finally:
         for folder, mode in modes.items():
             folder.chmod(mode)
-    assert done.returncode == 6, done.stderr
-    assert "cannot write in" in done.stderr and "permission denied" in done.stderr
-    assert "Traceback" not in done.stderr
+    return done
 
 
 # -- damaged bookkeeping ----------------------------------------------------------------------
