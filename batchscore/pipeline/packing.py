@@ -84,5 +84,4 @@ def stamp(weight: torch.Tensor) -> tuple[int, int]:
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` in the layout oneDNN's linear kernel reads (a copy: an opaque oneDNN tensor)."""
-    with torch.no_grad():
-        return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
