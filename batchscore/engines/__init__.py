@@ -27,6 +27,7 @@ class Engine(Protocol):
     device: str  # where the model runs, for the report
     precision: str
     quantization: str  # what int8 did at load ("" at other precisions)
+    runtime: str  # what the model runs on: "torch", or "openvino" (its encoder compiled)
     busy_s: float  # model time, summed over every model replica
 
     def load(

@@ -26,6 +26,7 @@ class LocalEngine:
         self.device, self.precision = str(self.executor.device), self.executor.precision
         self.task: Task | None = None
         self.quantization = ""
+        self.runtime = "torch"
 
     @property
     def busy_s(self) -> float:
@@ -39,7 +40,7 @@ class LocalEngine:
             self.executor.busy_s = 0.0  # the run's model time starts now
         else:
             self.task = load_at(self.job, model_path, self.executor)
-        self.quantization = self.executor.quantization
+        self.quantization, self.runtime = self.executor.quantization, self.executor.runtime
         return self.task
 
     def score(

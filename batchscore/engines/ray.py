@@ -130,6 +130,7 @@ class ChunkActor:
             "device": str(executor.device),
             "precision": executor.precision,
             "quantization": executor.quantization,
+            "runtime": executor.runtime,
             "pid": os.getpid(),
         }
 
@@ -159,6 +160,7 @@ class RayEngine:
         self.ray = import_ray()
         self.device, self.precision = "ray", job.model.precision
         self.quantization = ""
+        self.runtime = "torch"
         self.busy_s = 0.0
         self.actors: list[Any] = []
         self.generation: list[int] = []
@@ -204,6 +206,7 @@ class RayEngine:
         first = infos[0]
         self.device = f"{first['device']} x {len(self.actors)} ray actors"
         self.precision, self.quantization = first["precision"], first["quantization"]
+        self.runtime = first["runtime"]
         stats.replicas = len(self.actors)
         log.info("ray: %d model actors ready (pids %s)", len(infos), [i["pid"] for i in infos])
         return Columns(first["columns"])

@@ -31,6 +31,7 @@ from batchscore.job.sections import (
     TensorConfig,
 )
 from batchscore.job.where import where_problem
+from batchscore.pipeline.runtimes import runtime_problem
 
 RAY_MAX_TOKENS = 16384  # a Ray job's budget when it names none (see job_from_dict)
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -234,6 +235,8 @@ def check_model(model: ModelConfig, base: Path, source: Path, problems: list[str
             f"{source}: [model].revision: a revision of a Hugging Face id in [model].name; "
             + ("a local [model].path has none" if model.path else "[model].name is not set")
         )
+    if problem := runtime_problem(model):
+        problems.append(f"{source}: [model].runtime: {problem}")
     name, path = model.name, model.path
     if path:
         path = resolve(base, path)

@@ -89,6 +89,7 @@ class RunReport:
     wall_s: float
     precision: str
     device: str
+    runtime: str  # "torch", or "openvino" where its encoder ran on OpenVINO; "" before a load
     output: str
     failures: tuple[dict[str, str], ...]  # shards that failed: {"shard", "error"}
     bad_rows: int  # rows recorded with their error (on_error = "skip")
@@ -108,6 +109,7 @@ class RunReport:
             wall_s=float(report.get("wall_s", 0.0)),
             precision=str(report.get("precision", "")),
             device=str(report.get("device", "")),
+            runtime=str(report.get("runtime", "")),
             output=str(report.get("output", "")),
             failures=tuple(report.get("failed_shards", ())),
             bad_rows=int(report.get("bad_rows", 0)),
@@ -131,7 +133,8 @@ def summary(report: dict[str, Any]) -> str:
             f"batches; {report['truncated']:,} inputs truncated, "
             f"{report['duplicates']:,} repeats scored once",
             f"  model busy {report['model_busy_share']:.1%} of wall time; model load "
-            f"{report['load_s']:.1f} s; {report['device']}, {report['precision']}",
+            f"{report['load_s']:.1f} s; {report['device']}, {report['precision']}"
+            + (" on OpenVINO" if report.get("runtime") == "openvino" else ""),
             f"  chunks: {report['chunks_committed']} committed now, "
             f"{report['chunks_already_done']} already done ({report['rows_already_done']:,} rows)",
             *[f"  scored again: {r['why']}" for r in report.get("redone", [])],

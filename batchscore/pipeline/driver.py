@@ -176,7 +176,7 @@ def score_pending(
             task = engine.load(model_path, stats, len(todo.chunks), gated)
         gated = None  # the engine holds what it adopted; let the rest go
         stats.load_s = time.perf_counter() - loaded
-        run.context.update(device=engine.device, precision=engine.precision)
+        run.context.update(device=engine.device, precision=engine.precision, runtime=engine.runtime)
         if engine.quantization:
             run.context["int8"] = engine.quantization
         explain(job, engine, decision=decision, recorded=recorded)

@@ -6,6 +6,7 @@ loop only moves inputs to the device and times the model, so "model busy" is mea
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -13,13 +14,17 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from batchscore.errors import JobError
+from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import ModelConfig
+from batchscore.models.bert import BertEncoder
+from batchscore.models.bert_openvino import openvino_bert
 from batchscore.pipeline.packing import pack_linears
+from batchscore.pipeline.runtimes import openvino_wanted
 from batchscore.pipeline.threads import available_cores
 from batchscore.precision.table import check_precision, precision
 
 T = TypeVar("T")
+log = logging.getLogger("batchscore")
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -51,7 +56,7 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def compiled(module: torch.nn.Module) -> torch.nn.Module:
+def inductor(module: torch.nn.Module) -> torch.nn.Module:
     """The module's forward through inductor. ``dynamic=True`` makes batch and sequence sizes
     symbolic from the first call, so each length bucket reuses one graph instead of compiling
     its own. Compiling happens at the first call: minutes cold on a small CPU, seconds when
@@ -70,22 +75,65 @@ class Executor:
         self.busy_s = 0.0
         self.prepared: list[torch.nn.Module] = []  # what int8 calibration will quantize
         self.quantization = ""  # what int8 did, for the run report
+        entry = precision(model.precision)
         # int8's calibration swaps Linear layers after load, which a compiled graph would not see
-        self.compile = model.compile and not precision(model.precision).calibrated
+        self.compile = model.compile and not entry.calibrated
+        float32 = entry.dtype == torch.float32 and not entry.calibrated
+        self.asked_runtime = model.runtime
+        self.runtime = "torch"  # "openvino" once `prepare` has compiled an encoder for it
+        self.openvino = openvino_wanted(model, cpu=self.device.type == "cpu", float32=float32)
         if self.device.type == "cpu":
             # One intra-op thread per core: more threads only fight over the same cores.
             torch.set_num_threads(model.threads or available_cores())
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the model runs as a compiled graph (inductor or OpenVINO), which a change to
+        its torch layers after load (int8's swap) would not reach."""
+        return self.compile or self.runtime == "openvino"
+
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Cast once, move once, switch to inference behaviour (no dropout, no grad); compile
-        when the job asks (`[model].compile`), else pack float32 CPU Linear weights for oneDNN
-        (`batchscore.pipeline.packing`). `prepared` keeps the eager module."""
+        """Cast once, move once, switch to inference behaviour (no dropout, no grad); put a
+        native BERT encoder on OpenVINO where the runtime says (`batchscore.pipeline.runtimes`);
+        compile when the job asks (`[model].compile`), else pack float32 CPU Linear weights for
+        oneDNN (`batchscore.pipeline.packing`). `prepared` keeps the module before inductor."""
         module = module.to(device=self.device, dtype=self.dtype).eval()
         module.requires_grad_(False)
+        if self.openvino:
+            module = self.to_openvino(module)
         if self.device.type == "cpu" and self.dtype == torch.float32 and not self.compile:
-            pack_linears(module)
+            pack_linears(module)  # the layers left in torch (a stack's Dense head, say)
         self.prepared.append(module)
-        return compiled(module) if self.compile else module
+        return inductor(module) if self.compile else module
+
+    def to_openvino(self, module: torch.nn.Module) -> torch.nn.Module:
+        """``module`` with each native BERT encoder in it compiled for OpenVINO. A model with
+        none stays in torch, unless the job asked for OpenVINO by name: then it is refused."""
+
+        def on_openvino(encoder: BertEncoder) -> torch.nn.Module:
+            try:
+                built = openvino_bert(encoder, torch.get_num_threads())
+            except ModelError as exc:
+                if self.asked_runtime == "openvino":
+                    raise ModelError(f'[model].runtime = "openvino": {exc}') from exc
+                log.warning("runtime auto: the encoder stays on torch: %s", exc)
+                return encoder
+            self.runtime = "openvino"
+            return built
+
+        if isinstance(module, BertEncoder):
+            return on_openvino(module)
+        for name, child in list(module.named_modules()):
+            if isinstance(child, BertEncoder):
+                parent, _, attr = name.rpartition(".")
+                setattr(module.get_submodule(parent), attr, on_openvino(child))
+        if self.runtime != "openvino" and self.asked_runtime == "openvino":
+            raise ModelError(
+                '[model].runtime = "openvino" runs BERT encoders batchscore runs natively '
+                "(safetensors weights, absolute positions); this model loads through "
+                'transformers and runs on torch: set runtime = "auto" or "torch"'
+            )
+        return module
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         """A host array on the device; pinned on CUDA so the copy can overlap (non_blocking)."""

@@ -50,10 +50,12 @@ def device_label(device: torch.device) -> str:
     return f"cpu {name} x{available_cores()}"
 
 
-def cache_key(*, model_files: str, task: str, max_length: Any, device: torch.device) -> str:
+def cache_key(
+    *, model_files: str, task: str, max_length: Any, device: torch.device, runtime: str = ""
+) -> str:
     """One line that names everything a cached decision depends on."""
     parts = [model_files[:16], task, f"max_length={max_length}", device_label(device)]
-    return " | ".join([*parts, f"torch {torch.__version__}"])
+    return " | ".join([*parts, f"torch {torch.__version__}", *([runtime] if runtime else [])])
 
 
 class DecisionCache:

@@ -33,6 +33,7 @@ class Trial:
     agreement: Agreement | None = None
     load_s: float = 0.0  # loading the model at this precision, int8's calibration included
     cold_s: float = 0.0  # its first pass over the sample (the gate's pass, when not timed)
+    runtime: str = "torch"  # or "openvino": where its model ran (`batchscore.pipeline.runtimes`)
 
     def unload(self) -> None:
         """Let go of the model (its results and timing stay)."""
@@ -44,7 +45,8 @@ class Trial:
 
     def describe(self) -> str:
         quality = f", {self.agreement.describe()}" if self.agreement else ""
-        return f"{self.precision}: {self.rows_per_s:,.1f} rows/s{quality}"
+        where = " on OpenVINO" if self.runtime == "openvino" else ""
+        return f"{self.precision}{where}: {self.rows_per_s:,.1f} rows/s{quality}"
 
     @property
     def cost_s(self) -> float:
@@ -68,7 +70,7 @@ def trial(
     (int8: `convertible`) instead of being loaded again; it is let go either way."""
     started = time.perf_counter()
     loaded = reuse.executor if reuse is not None else None
-    if loaded is not None and convertible(precision, compiled=loaded.compile):
+    if loaded is not None and convertible(precision, compiled=loaded.compiled):
         task, executor = reuse.task, reuse.executor
         convert(job, model_path, task, executor, precision, table)
     else:
@@ -89,7 +91,10 @@ def trial(
     results = restore(cut, outputs, np.empty((0,), dtype=np.float32))
     columns = task.finish(encoded, results) if cut else {}
     rows = len(encoded.rows)
-    return Trial(precision, columns, seconds, rows, task, executor, load_s=load_s, cold_s=cold)
+    return Trial(
+        precision, columns, seconds, rows, task, executor, load_s=load_s, cold_s=cold,
+        runtime=executor.runtime,
+    )  # fmt: skip
 
 
 def judge(reference: Trial, candidate: Trial, gate: QualityConfig) -> Agreement:

@@ -58,7 +58,7 @@ def refuse_generation(model: ModelConfig, model_path: Path) -> None:
 def convertible(name: str, *, compiled: bool) -> bool:
     """Whether a model loaded in fp32 can become ``name`` in place: a calibrated precision whose
     float parts stay float32 (int8) changes only its Linear layers, so the weights need not be
-    read again. A compiled model's graph would not see the swap."""
+    read again. A compiled model's graph (inductor's, OpenVINO's) would not see the swap."""
     entry = precision(name)
     return entry.calibrated and entry.dtype == precision("fp32").dtype and not compiled
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.manifest import written_for
 from batchscore.pipeline.executor import resolve_device
+from batchscore.pipeline.runtimes import openvino_wanted
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.cache import DecisionCache, cache_key
 from batchscore.precision.choose import choose_budget, choose_precision
@@ -87,12 +89,20 @@ def settle(
 
 
 def machine_key(job: Job, model_files: str) -> str:
-    """What a cached decision depends on (see `batchscore.precision.cache`)."""
+    """What a cached decision depends on (see `batchscore.precision.cache`): fp32's speed
+    depends on the runtime it loads on, so OpenVINO's version is part of it where it runs."""
     device = resolve_device(job.model.device)
+    runtime = f"openvino {version('openvino')}" if fp32_on_openvino(job) else ""
     return cache_key(
         model_files=model_files, task=job.model.task, max_length=job.model.max_length,
-        device=device,
+        device=device, runtime=runtime,
     )  # fmt: skip
+
+
+def fp32_on_openvino(job: Job) -> bool:
+    """Whether this job's fp32 loads go to OpenVINO (see `batchscore.pipeline.runtimes`)."""
+    cpu = resolve_device(job.model.device).type == "cpu"
+    return openvino_wanted(job.model, cpu=cpu, float32=True)
 
 
 def remember(
@@ -123,7 +133,7 @@ def from_cache(
     when = f"cached on this machine ({cached.get('measured_at', 'earlier')})"
     sooner = ""
     if auto and name not in (None, "fp32") and rows is not None:
-        converts = convertible(name, compiled=job.model.compile)
+        converts = convertible(name, compiled=job.model.compile or fp32_on_openvino(job))
         fp32_s, other_s, gate_s = expected_s(cached, name, rows, table.num_rows, converts)
         if fp32_s is not None:
             first = "fp32" if fp32_s <= other_s else name

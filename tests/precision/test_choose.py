@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from batchscore.errors import QualityGateError
 from batchscore.job.load import load_job
 from batchscore.models.locate import locate
 from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.runtimes import openvino_missing
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.choose import BUDGETS
 from batchscore.precision.gate import judge, trial
@@ -128,14 +130,15 @@ def test_check_command(job: Path):
 
     ok = check()
     assert ok.exit_code == 0, ok.stderr
-    assert "fp32:" in ok.output and "passes the quality gate" in ok.output
+    assert re.search(r"fp32( on OpenVINO)?:", ok.output) and "passes the quality gate" in ok.output
     strict = check("quality.min_cosine=1.0")
     assert strict.exit_code == 8 and "fails the quality gate" in strict.stderr
 
 
 @pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 CPU kernels")
 def test_gating_int8_converts_the_reference_model_instead_of_loading_it_again(job: Path):
-    settings = load_job(job, ["model.precision=int8", "quality.sample_rows=24"])
+    sets = ["model.precision=int8", "quality.sample_rows=24", 'model.runtime="torch"']
+    settings = load_job(job, sets)
     model_path, table = locate(settings.model), sample_rows(settings, 24)
     reference = trial(settings, model_path, "fp32", table=table, max_tokens=4096, timed=False)
     task = reference.task
@@ -149,3 +152,20 @@ def test_gating_int8_converts_the_reference_model_instead_of_loading_it_again(jo
     mine, theirs = (np.stack(t.columns["embedding"].to_numpy(zero_copy_only=False))
                     for t in (converted, fresh))  # fmt: skip
     np.testing.assert_array_equal(mine, theirs)  # calibration is deterministic either way
+
+
+@pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 CPU kernels")
+@pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
+def test_gating_int8_loads_again_when_the_reference_ran_on_openvino(job: Path):
+    """OpenVINO's graph holds no torch Linear layer to swap: int8 gets a torch model of its own."""
+    settings = load_job(job, ["model.precision=int8", "quality.sample_rows=24"])
+    model_path, table = locate(settings.model), sample_rows(settings, 24)
+    reference = trial(settings, model_path, "fp32", table=table, max_tokens=4096, timed=False)
+    assert reference.executor.runtime == "openvino" and reference.executor.compiled
+    task = reference.task
+    converted = trial(
+        settings, model_path, "int8", table=table, max_tokens=4096, timed=False, reuse=reference
+    )
+    assert converted.task is not task and converted.executor.runtime == "torch"
+    assert "in int8" in converted.executor.quantization
+    assert judge(reference, converted, settings.quality).passed

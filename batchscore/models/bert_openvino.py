@@ -1,0 +1,164 @@
+"""The native BERT encoder on OpenVINO's CPU runtime: the same layers, as one OpenVINO graph.
+
+On a CPU, eager PyTorch runs a BERT layer as a dozen separate operators, and the ones around the
+matmuls (attention over short rows, GELU, the layer norms, the residual adds) take a fifth of the
+time for a twentieth of the work. OpenVINO compiles the whole graph with those fused into the
+matmuls and runs it about 1.2x faster per token in float32 (BENCHMARKS.md, "OpenVINO runtime").
+
+The graph is built here, operator by operator, from the loaded `BertEncoder`'s own weights, not
+converted by OpenVINO's model converter: building it is a few milliseconds, needs no tracing and
+no files, and the converter reports usage over the network unless told not to. Precision is
+pinned to float32 (OpenVINO would pick bf16 on a CPU with bf16 units), and every build is checked
+against the torch encoder on a probe batch before it scores a row (`openvino_bert`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from batchscore.errors import ModelError
+from batchscore.models.bert import BertEncoder, BertShape, EncoderOutput
+
+log = logging.getLogger("batchscore")
+# config.json's hidden_act -> OpenVINO's Gelu mode, or the opset function for the others
+GELU_MODES = {"gelu": "erf", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+# The probe's hidden states may differ from torch's by float32 rounding of fused operators
+# (about 1e-5 here); a wrong graph differs by the size of the states themselves.
+PROBE_ATOL = 1e-3
+
+
+def build_graph(encoder: BertEncoder) -> Any:
+    """``encoder``'s forward as an OpenVINO model: token ids, attention mask and token types
+    ([rows, length], int64, both sizes dynamic) to the last hidden states, in float32."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    shape: BertShape = encoder.config
+
+    def weights(t: torch.Tensor) -> Any:
+        return ops.constant(t.detach().to(torch.float32).contiguous().numpy(), dtype=ov.Type.f32)
+
+    def ints(*values: int) -> Any:
+        return ops.constant(np.array(values, dtype=np.int64))
+
+    def scalar(value: int) -> Any:
+        return ops.constant(np.int64(value))
+
+    def norm(x: Any, layer: nn.LayerNorm) -> Any:
+        scaled = ops.mvn(x, ints(-1), True, layer.eps, "inside_sqrt")  # as torch: var + eps
+        return ops.add(ops.multiply(scaled, weights(layer.weight)), weights(layer.bias))
+
+    def linear(x: Any, layer: nn.Linear) -> Any:
+        return ops.add(ops.matmul(x, weights(layer.weight), False, True), weights(layer.bias))
+
+    def activation(x: Any) -> Any:
+        act = shape.hidden_act
+        if act in GELU_MODES:
+            return ops.gelu(x, GELU_MODES[act])
+        return ops.relu(x) if act == "relu" else ops.swish(x)  # silu / swish
+
+    width, heads = shape.hidden_size, shape.num_attention_heads
+
+    def split(x: Any) -> Any:  # [rows, length, width] -> [rows, heads, length, head width]
+        return ops.transpose(ops.reshape(x, ints(0, 0, heads, width // heads), True),
+                             ints(0, 2, 1, 3))  # fmt: skip
+
+    ids, mask, types = (
+        ops.parameter([-1, -1], ov.Type.i64, name=name)
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+    )
+    length = ops.gather(ops.shape_of(ids), scalar(1), scalar(0))
+    positions = ops.range(scalar(0), length, scalar(1), ov.Type.i64)
+    # Summed in the torch encoder's order: words + types, then positions.
+    x = ops.add(
+        ops.gather(weights(encoder.words.weight), ids, ints(0)),
+        ops.gather(weights(encoder.types.weight), types, ints(0)),
+    )
+    x = norm(ops.add(x, ops.gather(weights(encoder.positions.weight), positions, ints(0))),
+             encoder.embedding_norm)  # fmt: skip
+    keep = ops.unsqueeze(ops.not_equal(mask, ints(0)), ints(1, 2))  # [rows, 1, 1, length]
+    for layer in encoder.layers:
+        q, k, v = (split(linear(x, lin)) for lin in (layer.query, layer.key, layer.value))
+        attended = ops.scaled_dot_product_attention(q, k, v, keep, causal=False)
+        attended = ops.reshape(ops.transpose(attended, ints(0, 2, 1, 3)), ints(0, 0, width), True)
+        x = norm(ops.add(linear(attended, layer.attention_out), x), layer.attention_norm)
+        inner = activation(linear(x, layer.intermediate))
+        x = norm(ops.add(linear(inner, layer.output), x), layer.output_norm)
+    return ov.Model([x], [ids, mask, types], "bert")
+
+
+class OpenVinoBert(nn.Module):
+    """A compiled OpenVINO graph in the place of a `BertEncoder`: the same call, the same output.
+
+    It has no parameters: the weights live in the compiled graph, and precision's load-time
+    transforms (casts, int8's Linear swap) have nothing to act on, which is why only float32
+    loads get one (`batchscore.pipeline.executor`).
+    """
+
+    def __init__(self, compiled: Any, shape: BertShape) -> None:
+        super().__init__()
+        self.config = shape  # `SentenceEncoder` reads hidden_size, as from any encoder
+        self.compiled = compiled
+        self.request = compiled.create_infer_request()
+        self.lock = threading.Lock()  # one infer request: one call at a time
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> EncoderOutput:
+        ids = input_ids.to(torch.int64).numpy()
+        types = (np.zeros_like(ids) if token_type_ids is None
+                 else token_type_ids.to(torch.int64).numpy())  # fmt: skip
+        # OpenVINO's Gather reads an index past the table as zeros; torch's embedding raises.
+        # A tokenizer larger than the model's vocabulary must fail here as it does in torch.
+        for name, values, rows in (("token id", ids, self.config.vocab_size),
+                                   ("token type", types, self.config.type_vocab_size)):  # fmt: skip
+            outside = values[(values < 0) | (values >= rows)]
+            if outside.size:
+                raise IndexError(f"{name} {outside[0]} is out of the model's range 0..{rows - 1}")
+        with self.lock:
+            out = self.request.infer([ids, attention_mask.to(torch.int64).numpy(), types])
+            hidden = torch.from_numpy(np.array(out[0], dtype=np.float32, copy=True))
+        return EncoderOutput(hidden)
+
+
+def openvino_bert(encoder: BertEncoder, threads: int) -> OpenVinoBert:
+    """``encoder`` (float32, CPU) compiled for OpenVINO's CPU runtime with ``threads`` threads,
+    checked against ``encoder`` itself on a probe batch (one row padded); a graph that disagrees
+    is a `ModelError`, never a silently different number."""
+    import openvino as ov
+
+    config = {
+        "INFERENCE_NUM_THREADS": threads,
+        "INFERENCE_PRECISION_HINT": "f32",  # never bf16 behind an fp32 job's back
+        "PERFORMANCE_HINT": "LATENCY",  # one stream: the batch loop calls one batch at a time
+        "ENABLE_CPU_PINNING": False,  # the reader and writer threads share these cores
+    }
+    ids = torch.arange(16, dtype=torch.int64).reshape(2, 8) % encoder.config.vocab_size
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    try:
+        compiled = ov.Core().compile_model(build_graph(encoder), "CPU", config)
+        module = OpenVinoBert(compiled, encoder.config)
+        with torch.inference_mode():
+            got = module(ids, mask).last_hidden_state
+    except Exception as exc:  # OpenVINO's own errors carry no type worth telling apart
+        raise ModelError(f"OpenVINO could not compile this encoder: {exc}") from exc
+    with torch.inference_mode():
+        want = encoder(ids, mask).last_hidden_state
+    gap = float((want - got)[mask.bool()].abs().max())
+    if not gap <= PROBE_ATOL:  # also catches NaN
+        raise ModelError(
+            f"the OpenVINO build of this encoder disagrees with torch's by {gap:.3g} on a probe "
+            f'batch (tolerance {PROBE_ATOL}); set [model].runtime = "torch"'
+        )
+    log.debug("openvino: encoder compiled, %d threads; probe gap %.2g", threads, gap)
+    return module

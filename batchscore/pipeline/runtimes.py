@@ -1,0 +1,51 @@
+"""Which runtime a float32 model runs on, decided before anything heavy is imported.
+
+`[model].runtime` is "torch" (eager PyTorch for every model), "openvino" (the native BERT
+encoder compiled for OpenVINO's CPU runtime, `batchscore.models.bert_openvino`) or "auto", which
+is OpenVINO wherever it can run the model and PyTorch elsewhere. OpenVINO takes float32 loads
+on the CPU only: fp16 and bf16 are torch casts, int8 swaps torch Linear layers after load, and
+`[model].compile` hands the graph to inductor instead. This module imports neither torch nor
+OpenVINO, so `batchscore validate` checks the key without paying for either.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+
+from batchscore.job.sections import ModelConfig
+
+FLOAT32 = ("fp32", "auto")  # precisions whose fp32 load OpenVINO can take ("auto" trials fp32)
+
+
+def openvino_missing() -> str | None:
+    """Why OpenVINO cannot run here, or None; found without importing it (0.2 s)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"batchscore runs OpenVINO on x86-64 CPUs only, and this is a {platform.machine()}"
+    if importlib.util.find_spec("openvino") is None:
+        return "OpenVINO is not installed here (pip install openvino)"
+    return None
+
+
+def runtime_problem(model: ModelConfig) -> str | None:
+    """What makes `[model].runtime = "openvino"` impossible for this [model], or None."""
+    if model.runtime != "openvino":
+        return None
+    if model.precision not in FLOAT32:
+        return (
+            f'"openvino" runs float32 models; precision "{model.precision}" runs on torch. '
+            'Use precision = "fp32" (or "auto"), or runtime = "auto"'
+        )
+    if model.device.startswith("cuda"):
+        return f'"openvino" runs on the CPU; [model].device is "{model.device}"'
+    if model.compile:
+        return '"openvino" and [model].compile = true both compile the model; choose one'
+    return openvino_missing()
+
+
+def openvino_wanted(model: ModelConfig, *, cpu: bool, float32: bool) -> bool:
+    """Whether a load of ``model`` (on the CPU or not, in plain float32 or not) goes to OpenVINO:
+    asked for, or "auto" and OpenVINO is here."""
+    if model.runtime == "torch" or not cpu or not float32 or model.compile:
+        return False
+    return model.runtime == "openvino" or openvino_missing() is None

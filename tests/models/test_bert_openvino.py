@@ -1,0 +1,86 @@
+"""The native BERT encoder on OpenVINO computes what it computes on torch, or is refused.
+
+Against the real all-MiniLM-L6-v2 on corpus texts, and tiny random BERTs that vary what the graph
+must honour (the activation, token types, padding, a row of one token). A graph that disagrees
+with torch, or ids torch would refuse, must never turn into numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from batchscore.errors import ModelError
+from batchscore.models import bert_openvino
+from batchscore.models.bert import load_bert, read_shape
+from batchscore.models.bert_openvino import OpenVinoBert, openvino_bert
+from batchscore.models.text import TextEncoder
+from batchscore.pipeline.runtimes import openvino_missing
+from tests.models.test_bert import embeddings, min_cosine, padded_batch, tiny_bert
+
+pytestmark = pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
+
+
+def test_minilm_on_openvino_matches_torch(minilm_path: Path, corpus):
+    texts = corpus.column("text").to_pylist()[:: corpus.num_rows // 300][:300]
+    encoder = TextEncoder(minilm_path, 256, False)
+    ids, truncated = encoder.encode(texts)
+    assert truncated > 0  # rows of the full window are in the sample, beside short ones
+    native = load_bert(minilm_path, read_shape(minilm_path)).eval()
+    compiled = openvino_bert(native, threads=2)
+    ours, theirs = embeddings(compiled, encoder, ids), embeddings(native, encoder, ids)
+    worst, gap = min_cosine(ours, theirs), (ours - theirs).abs().max().item()
+    print(f"MiniLM on OpenVINO vs torch, fp32: min cosine {worst:.8f}, max gap {gap:.2g}")
+    assert worst >= 0.99999 and gap < 1e-4
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new", "relu", "silu"])
+def test_tiny_bert_on_openvino_matches_torch(tmp_path, minilm_path, hidden_act):
+    folder = tiny_bert(tmp_path, minilm_path, hidden_act=hidden_act)
+    native = load_bert(folder, read_shape(folder)).eval()
+    compiled = openvino_bert(native, threads=1)
+    ids, mask, types = padded_batch(native.config.vocab_size)
+    with torch.inference_mode():
+        for args in ((ids, mask, types), (ids, mask), (ids[3:, :1], mask[3:, :1])):
+            want, got = native(*args).last_hidden_state, compiled(*args).last_hidden_state
+            real = args[1].bool()
+            assert got.shape == want.shape and got.dtype == torch.float32
+            torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+
+
+def test_ids_torch_refuses_are_refused(tmp_path, minilm_path):
+    """OpenVINO's Gather reads an index past its table as zeros; the encoder must not."""
+    folder = tiny_bert(tmp_path, minilm_path)
+    native = load_bert(folder, read_shape(folder)).eval()
+    compiled = openvino_bert(native, threads=1)
+    ids, mask, types = padded_batch(native.config.vocab_size)
+    for bad in (ids.clone().fill_(native.config.vocab_size), ids.clone().fill_(-1)):
+        with pytest.raises(IndexError):
+            native(bad, mask)
+        with pytest.raises(IndexError, match="token id"):
+            compiled(bad, mask)
+    with pytest.raises(IndexError, match="token type 2"):
+        compiled(ids, mask, types * 2)
+
+
+def test_a_graph_that_disagrees_with_torch_is_refused(tmp_path, minilm_path, monkeypatch):
+    """A real OpenVINO graph built from other weights stands in for a converter bug."""
+    folder = tiny_bert(tmp_path, minilm_path)
+    native = load_bert(folder, read_shape(folder)).eval()
+    other = load_bert(folder, read_shape(folder)).eval()
+    with torch.no_grad():
+        other.layers[1].output_norm.bias.add_(0.5)  # the last layer's output, moved
+    build = bert_openvino.build_graph
+    monkeypatch.setattr(bert_openvino, "build_graph", lambda encoder: build(other))
+    with pytest.raises(ModelError, match="disagrees with torch's"):
+        openvino_bert(native, threads=1)
+
+
+def test_a_compiled_encoder_has_no_parameters_to_transform(minilm_path):
+    """Nothing of the torch encoder is left for a cast or int8's swap to reach unseen."""
+    native = load_bert(minilm_path, read_shape(minilm_path)).eval()
+    compiled = openvino_bert(native, threads=1)
+    assert isinstance(compiled, OpenVinoBert) and not list(compiled.parameters())
+    assert compiled.config.hidden_size == 384

@@ -1,0 +1,126 @@
+"""`[model].runtime`: which float32 loads go to OpenVINO, what is refused, and a job end to end
+on both runtimes with the same numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchscore.errors import JobError, ModelError
+from batchscore.job.load import load_job
+from batchscore.job.sections import ModelConfig
+from batchscore.models.bert import BertEncoder
+from batchscore.models.bert_openvino import OpenVinoBert
+from batchscore.models.embed import Embedder, StackText
+from batchscore.output.fingerprint import fingerprint_parts
+from batchscore.pipeline import runtimes
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.runtimes import openvino_missing
+from tests.conftest import read_output
+
+needs_openvino = pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
+
+
+def embedder(path: Path, **model: object) -> tuple[Embedder, Executor]:
+    config = ModelConfig(task="embed", max_length=64, threads=1, **model)
+    executor = Executor(config)
+    return Embedder(StackText(path, config), config, executor, normalize=True), executor
+
+
+@needs_openvino
+def test_auto_puts_the_native_encoder_of_an_fp32_cpu_load_on_openvino(minilm_path):
+    embed, executor = embedder(minilm_path, precision="fp32")
+    assert executor.runtime == "openvino" and executor.compiled
+    assert isinstance(embed.model.transformer, OpenVinoBert)
+    assert not any(isinstance(m, BertEncoder) for m in embed.model.modules())
+
+
+@pytest.mark.parametrize(
+    ("settings", "why"),
+    [
+        ({"precision": "fp32", "runtime": "torch"}, "asked for torch"),
+        ({"precision": "int8"}, "int8 swaps torch Linear layers after load"),
+        ({"precision": "fp32", "compile": True}, "inductor compiles it instead"),
+    ],
+)
+def test_other_loads_stay_on_torch(minilm_path, settings, why):
+    embed, executor = embedder(minilm_path, **settings)
+    assert executor.runtime == "torch" and not executor.openvino, why
+    assert isinstance(embed.model.transformer, BertEncoder) or executor.compile
+
+
+@needs_openvino
+def test_openvino_by_name_refuses_a_model_it_cannot_run(tmp_path, minilm_path):
+    """A model that loads through transformers (here a DistilBERT) has no native encoder."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        (tmp_path / name).write_bytes((minilm_path / name).read_bytes())
+    config = DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64)
+    DistilBertModel(config).save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match=r'runtime = "openvino" runs BERT encoders batchscore'):
+        embedder(tmp_path, precision="fp32", runtime="openvino")
+    _, executor = embedder(tmp_path, precision="fp32")  # auto: torch, no complaint
+    assert executor.runtime == "torch"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ('model.precision="bf16"', 'precision "bf16" runs on torch'),
+        ('model.device="cuda"', "runs on the CPU"),
+        ("model.compile=true", "both compile the model"),
+    ],
+)
+def test_openvino_by_name_is_checked_with_the_job(embed_job, setting, message):
+    with pytest.raises(JobError, match=r"\[model\]\.runtime: .*" + message):
+        load_job(embed_job, ['model.runtime="openvino"', setting])
+
+
+def test_openvino_by_name_without_openvino_is_a_job_error(embed_job, monkeypatch):
+    """Uninstalling a package cannot be done inside a test run: the finder says it is absent."""
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        runtimes.importlib.util, "find_spec", lambda n: None if n == "openvino" else found(n)
+    )
+    with pytest.raises(JobError, match=r"\[model\]\.runtime: .*not installed"):
+        load_job(embed_job, ['model.runtime="openvino"'])
+    assert not runtimes.openvino_wanted(ModelConfig(task="embed"), cpu=True, float32=True)
+
+
+def test_an_unknown_runtime_names_the_choices(embed_job):
+    with pytest.raises(JobError, match=r"\[model\]\.runtime.*auto.*torch.*openvino"):
+        load_job(embed_job, ['model.runtime="onnx"'])
+
+
+def test_the_runtime_is_not_part_of_the_fingerprint(embed_job, minilm_path):
+    """Both runtimes give the same numbers to float noise: switching keeps the folder's claim."""
+    torch_parts = fingerprint_parts(load_job(embed_job, ['model.runtime="torch"']), minilm_path)
+    assert fingerprint_parts(load_job(embed_job), minilm_path) == torch_parts
+
+
+@needs_openvino
+def test_a_job_scores_the_same_on_both_runtimes(embed_job, tmp_path):
+    """The small embed job at fp32 and at "auto" precision on OpenVINO, against torch."""
+    from batchscore.pipeline.driver import run_job
+
+    outputs, reports = {}, {}
+    for runtime, precision in (("torch", "fp32"), ("openvino", "fp32"), ("auto", "auto")):
+        sets = [f'model.runtime="{runtime}"', f'model.precision="{precision}"']
+        job = load_job(embed_job, [*sets, f'output.path="{runtime}"'])
+        report = run_job(job)
+        outputs[runtime] = read_output(tmp_path / report["output"])
+        reports[runtime] = report
+    assert reports["torch"]["runtime"] == "torch" and reports["openvino"]["runtime"] == "openvino"
+    want = np.array(outputs["torch"]["embedding"].to_pylist())
+    for runtime in ("openvino", "auto"):
+        got = np.array(outputs[runtime]["embedding"].to_pylist())
+        assert got.shape == want.shape and outputs[runtime]["doc_id"] == outputs["torch"]["doc_id"]
+        if reports[runtime]["precision"] == "fp32":  # "auto" may pick int8 on another CPU
+            assert np.abs(got - want).max() < 1e-5
+    runs = sorted((tmp_path / "openvino/_batchscore/runs").glob("*.json"))
+    assert json.loads(runs[-1].read_text())["runtime"] == "openvino"
