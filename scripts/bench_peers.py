@@ -40,11 +40,12 @@ PEERS = {
     "sentence-transformers, OpenVINO fp32": ("openvino", "openvino-fp32"),
     "sentence-transformers, OpenVINO int8": ("openvino", "openvino-int8"),
 }
-OURS = {  # variant -> [model].precision; None: the key left out, as a user's first job does
-    "batchscore default": None,
-    "batchscore fp32": "fp32",
-    "batchscore bf16": "bf16",
-    "batchscore int8": "int8",
+OURS = {  # variant -> its [model] keys; none for the default, as a user's first job has
+    "batchscore default": {},
+    "batchscore fp32": {"precision": "fp32"},  # OpenVINO's runtime where it runs ("auto")
+    "batchscore fp32, torch runtime": {"precision": "fp32", "runtime": "torch"},
+    "batchscore bf16": {"precision": "bf16"},
+    "batchscore int8": {"precision": "int8"},
 }
 REFERENCE = "sentence-transformers, torch fp32"  # every cosine is against its vectors
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
@@ -107,6 +108,7 @@ def ours_run(job: Path) -> dict:
         "padded_per_s": report["padded_tokens"] / scoring,
         "pad_eff": report["padding_efficiency"],
         "note": f"ran {report['precision']}"
+        + (" on OpenVINO" if report.get("runtime") == "openvino" else "")
         + (f", gate/calibration {report['tuning_s']:.1f} s" if report["tuning_s"] >= 0.1 else ""),
         "vectors": job.parent / "out",
     }
@@ -156,10 +158,9 @@ def main() -> None:
     jobs = {}
     for name in chosen:
         if name in OURS:
-            folder = work / name.replace(" ", "-")
+            folder = work / name.replace(",", "").replace(" ", "-")
             folder.mkdir(exist_ok=True)
-            keys = {"precision": OURS[name]} if OURS[name] else {}
-            jobs[name] = bench.job_file(folder, data, max_length=args.max_length, **keys)
+            jobs[name] = bench.job_file(folder, data, max_length=args.max_length, **OURS[name])
 
     shutil.rmtree(bench.XDG, ignore_errors=True)  # "auto" measures once per machine: here, first
     for name in jobs:  # a warm-up, not counted (what make bench reports as the first run)
