@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16384)
     args = parser.parse_args()
     torch.set_num_threads(bench.THREADS)
-    path = locate(ModelConfig(task="embed"))
+    path = locate(ModelConfig(task="embed", name="all-MiniLM-L6-v2", precision="fp32"))
     text = TextEncoder(path, 256, False)
     ids, _ = text.encode(bench.sample(args.rows).column("text").to_pylist())
     lengths = np.array([len(row) for row in ids])
