@@ -10,7 +10,8 @@ Imports only the standard library, numpy and what the peer's environment holds
 (ONNX Runtime's dynamic int8 for this CPU's instruction set; OpenVINO's static int8 by NNCF,
 calibrated on corpus texts passed in DEST/calibration.json). `run` encodes the texts as a user
 would (`encode`, its default batch size) and prints one JSON line: load and encode seconds,
-and the real and padded tokens of the batches the model saw.
+the seconds in the transformer's forward alone, and the real and padded tokens of the batches
+the model saw.
 """
 
 from __future__ import annotations
@@ -144,20 +145,27 @@ def run(variant: str, texts_file: Path, model_dir: Path, out: Path, threads: int
     model = load(variant, model_dir, threads)
     loaded = time.perf_counter()
     counts = {"tokens": 0, "padded": 0, "batches": 0}
+    model_s, began = [0.0], [0.0]
 
     def count(module, args, kwargs):  # the batches the model sees, padded to their longest row
         features = args[0] if args else kwargs["features"]
         counts["padded"] += int(features["input_ids"].numel())
         counts["tokens"] += int(features["attention_mask"].sum())
         counts["batches"] += 1
+        began[0] = time.perf_counter()
+
+    def timed(module, args, output):  # the transformer's forward alone: no tokenizing, pooling
+        model_s[0] += time.perf_counter() - began[0]
 
     model[0].register_forward_pre_hook(count, with_kwargs=True)
+    model[0].register_forward_hook(timed)
     vectors = model.encode(texts, convert_to_numpy=True)
     done = time.perf_counter()
     if not counts["batches"]:
         raise SystemExit(f"{variant}: counted no batch; the token count hook did not fire")
     np.save(out, vectors.astype(np.float32))
-    result = {"load_s": loaded - START, "encode_s": done - loaded, "note": note(variant)}
+    result = {"load_s": loaded - START, "encode_s": done - loaded, "model_s": model_s[0],
+              "note": note(variant)}  # fmt: skip
     print(json.dumps({**result, **counts, "versions": versions(variant)}))
 
 

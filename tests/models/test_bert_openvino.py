@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from batchscore.errors import ModelError
 from batchscore.models import bert_openvino
@@ -48,6 +50,40 @@ def test_tiny_bert_on_openvino_matches_torch(tmp_path, minilm_path, hidden_act):
             real = args[1].bool()
             assert got.shape == want.shape and got.dtype == torch.float32
             torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory, minilm_path):
+    """A tiny random BERT (both token types, GELU) and its OpenVINO build."""
+    folder = tiny_bert(tmp_path_factory.mktemp("tiny"), minilm_path, type_vocab_size=2)
+    native = load_bert(folder, read_shape(folder)).eval()
+    return native, openvino_bert(native, threads=1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_any_batch_shape_and_padding_gives_torchs_numbers(tiny_pair, data):
+    """Property: for any rows x length, any right padding and any token types, every real
+    token's hidden state equals torch's, and no row's numbers depend on its neighbours."""
+    native, compiled = tiny_pair
+    rows = data.draw(st.integers(1, 6), label="rows")
+    lengths = data.draw(st.lists(st.integers(1, 40), min_size=rows, max_size=rows), label="lengths")
+    width = max(lengths)
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, native.config.vocab_size, (rows, width), generator=generator)
+    mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).long()
+    types = torch.randint(0, 2, (rows, width), generator=generator) * mask
+    with torch.inference_mode():
+        want = native(ids * mask, mask, types).last_hidden_state
+        got = compiled(ids * mask, mask, types).last_hidden_state
+        first = compiled(ids[:1, : lengths[0]], mask[:1, : lengths[0]], types[:1, : lengths[0]])
+    real = mask.bool()
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got[real], want[real], atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        first.last_hidden_state[0], got[0, : lengths[0]], atol=2e-5, rtol=1e-5
+    )
 
 
 def test_ids_torch_refuses_are_refused(tmp_path, minilm_path):
