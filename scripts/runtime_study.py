@@ -1,10 +1,12 @@
 """The native MiniLM encoder on OpenVINO (`batchscore.models.bert_openvino`) against eager torch.
 
 One process, the same weights, the same batches: the bench corpus's texts cut by batchscore's own
-sampler under a token budget, as a job cuts them. Torch runs as a job runs it (packed Linear
-weights, `batchscore.pipeline.packing`); OpenVINO as `[model].runtime = "auto"` builds it.
-Interleaved rounds, each model's first round (new shapes) reported apart from the median of the
-rest; padded tokens per second, and the largest difference of their hidden states.
+sampler under a token budget, as a job cuts them. Each precision OpenVINO takes (fp32, and bf16
+where the CPU has bf16 units) on both runtimes: torch as a job runs it (fp32 with packed Linear
+weights, `batchscore.pipeline.packing`; bf16 cast), OpenVINO as `[model].runtime = "auto"`
+builds it. Interleaved rounds, each model's first round (new shapes) reported apart from the
+median of the rest; padded tokens per second, the largest difference of the hidden states from
+torch's at the same precision, and the worst cosine of the mean-pooled embeddings against fp32.
 
     python scripts/runtime_study.py
 """
@@ -24,9 +26,12 @@ from batchscore.job.sections import ModelConfig
 from batchscore.models.bert import load_bert, read_shape
 from batchscore.models.bert_openvino import openvino_bert
 from batchscore.models.locate import locate
+from batchscore.models.pooling import pool
 from batchscore.models.text import TextEncoder
 from batchscore.pipeline.packing import pack_linears
+from batchscore.pipeline.runtimes import ON_OPENVINO
 from batchscore.pipeline.sampler import form_batches
+from batchscore.precision.table import available, precision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench
@@ -47,34 +52,59 @@ def main() -> None:
     batches = [tuple(map(torch.from_numpy, text.collate([ids[i] for i in b]))) for b in cut]
     padded = sum(int(x.numel()) for x, _ in batches)
 
-    eager = load_bert(path, read_shape(path)).eval().requires_grad_(False)
-    start = time.perf_counter()
-    models = {"openvino": openvino_bert(eager, bench.THREADS)}
-    built = time.perf_counter() - start
-    pack_linears(eager)
-    models["torch"] = eager
+    precisions = [p for p in ON_OPENVINO if p in available(torch.device("cpu"))]
+    models: dict[tuple[str, str], torch.nn.Module] = {}
+    for name in precisions:
+        eager = load_bert(path, read_shape(path)).eval().requires_grad_(False)
+        eager = eager.to(precision(name).dtype)
+        start = time.perf_counter()
+        models[name, "openvino"] = openvino_bert(eager, bench.THREADS)
+        print(f"OpenVINO {name}: build, compile and probe {time.perf_counter() - start:.2f} s")
+        if name == "fp32":
+            pack_linears(eager)
+        models[name, "torch"] = eager
     print(f"torch {torch.__version__}, {bench.THREADS} threads; {args.rows} texts in "
-          f"{len(cut)} batches, {padded:,} padded tokens; OpenVINO build, compile and probe "
-          f"{built:.2f} s")  # fmt: skip
+          f"{len(cut)} batches, {padded:,} padded tokens")  # fmt: skip
 
-    times: dict[str, list[float]] = {name: [] for name in models}
-    outputs: dict[str, list[torch.Tensor]] = {}
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in models}
+    outputs: dict[tuple[str, str], list[torch.Tensor]] = {}
     with torch.inference_mode():
         for _ in range(args.rounds):
-            for name, model in models.items():
+            for key, model in models.items():
                 begin = time.perf_counter()
-                outputs[name] = [model(x, mask).last_hidden_state for x, mask in batches]
-                times[name].append(time.perf_counter() - begin)
-    gap = max(
-        float((a - b)[mask.bool()].abs().max())
-        for a, b, (_, mask) in zip(outputs["openvino"], outputs["torch"], batches, strict=True)
-    )
-    steady = {name: padded / statistics.median(t[1:]) for name, t in times.items()}
-    for name, t in times.items():
-        print(f"  {name:<9} first round {padded / t[0]:8,.0f} padded tokens/s; "
-              f"then {steady[name]:8,.0f} (median of {len(t) - 1})")  # fmt: skip
-    print(f"OpenVINO vs torch, per padded token: {steady['openvino'] / steady['torch']:.2f}x; "
-          f"largest hidden-state difference {gap:.2g}")  # fmt: skip
+                outputs[key] = [model(x, mask).last_hidden_state for x, mask in batches]
+                times[key].append(time.perf_counter() - begin)
+    steady = {key: padded / statistics.median(t[1:]) for key, t in times.items()}
+    for (name, runtime), t in times.items():
+        cosine = worst_cosine(outputs[name, runtime], outputs["fp32", "torch"], batches)
+        print(f"  {name} {runtime:<9} first round {padded / t[0]:8,.0f} padded tokens/s; then "
+              f"{steady[name, runtime]:8,.0f} (median of {len(t) - 1}); min cosine vs fp32 "
+              f"{cosine:.5f}")  # fmt: skip
+    for name in precisions:
+        gap = max(
+            float((a.float() - b.float())[mask.bool()].abs().max())
+            for a, b, (_, mask) in zip(
+                outputs[name, "openvino"], outputs[name, "torch"], batches, strict=True
+            )
+        )
+        ratio = steady[name, "openvino"] / steady[name, "torch"]
+        print(f"{name}: OpenVINO vs torch, per padded token: {ratio:.2f}x; largest "
+              f"hidden-state difference {gap:.2g}")  # fmt: skip
+    if len(precisions) > 1:
+        best = max(steady, key=steady.__getitem__)
+        print(f"fastest: {' on '.join(best)}, {steady[best] / steady['fp32', 'torch']:.2f}x "
+              f"torch fp32")  # fmt: skip
+
+
+def worst_cosine(
+    got: list[torch.Tensor], want: list[torch.Tensor], batches: list[tuple[torch.Tensor, ...]]
+) -> float:
+    """The lowest cosine between two runs' mean-pooled embeddings, over every row."""
+    worst = 1.0
+    for a, b, (_, mask) in zip(got, want, batches, strict=True):
+        a, b = (pool(x.float(), mask, ("mean",), 0) for x in (a, b))
+        worst = min(worst, float(torch.nn.functional.cosine_similarity(a, b).min()))
+    return worst
 
 
 if __name__ == "__main__":

@@ -78,11 +78,11 @@ class Executor:
         entry = precision(model.precision)
         # int8's calibration swaps Linear layers after load, which a compiled graph would not see
         self.compile = model.compile and not entry.calibrated
-        float32 = entry.dtype == torch.float32 and not entry.calibrated
         self.asked_runtime = model.runtime
         self.runtime = "torch"  # "openvino" once `prepare` has compiled an encoder for it
-        self.openvino = openvino_wanted(model, cpu=self.device.type == "cpu", float32=float32)
-        if self.device.type == "cpu":
+        cpu = self.device.type == "cpu"
+        self.openvino = openvino_wanted(model, cpu=cpu, precision=model.precision)
+        if cpu:
             # One intra-op thread per core: more threads only fight over the same cores.
             torch.set_num_threads(model.threads or available_cores())
 

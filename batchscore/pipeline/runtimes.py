@@ -1,11 +1,12 @@
-"""Which runtime a float32 model runs on, decided before anything heavy is imported.
+"""Which runtime a model runs on, decided before anything heavy is imported.
 
 `[model].runtime` is "torch" (eager PyTorch for every model), "openvino" (the native BERT
 encoder compiled for OpenVINO's CPU runtime, `batchscore.models.bert_openvino`) or "auto", which
-is OpenVINO wherever it can run the model and PyTorch elsewhere. OpenVINO takes float32 loads
-on the CPU only: fp16 and bf16 are torch casts, int8 swaps torch Linear layers after load, and
-`[model].compile` hands the graph to inductor instead. This module imports neither torch nor
-OpenVINO, so `batchscore validate` checks the key without paying for either.
+is OpenVINO wherever it can run the model and PyTorch elsewhere. OpenVINO takes fp32 and bf16
+loads on the CPU only: fp16 stays a torch cast (OpenVINO's CPU fp16 needs AMX-FP16), int8 swaps
+torch Linear layers after load, and `[model].compile` hands the graph to inductor instead. This
+module imports neither torch nor OpenVINO, so `batchscore validate` checks the key without
+paying for either.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import platform
 
 from batchscore.job.sections import ModelConfig
 
-FLOAT32 = ("fp32", "auto")  # precisions whose fp32 load OpenVINO can take ("auto" trials fp32)
+ON_OPENVINO = ("fp32", "bf16")  # the precisions whose loads OpenVINO takes
 
 
 def openvino_missing() -> str | None:
@@ -31,10 +32,10 @@ def runtime_problem(model: ModelConfig) -> str | None:
     """What makes `[model].runtime = "openvino"` impossible for this [model], or None."""
     if model.runtime != "openvino":
         return None
-    if model.precision not in FLOAT32:
+    if model.precision not in (*ON_OPENVINO, "auto"):
         return (
-            f'"openvino" runs float32 models; precision "{model.precision}" runs on torch. '
-            'Use precision = "fp32" (or "auto"), or runtime = "auto"'
+            f'"openvino" runs fp32 and bf16 models; precision "{model.precision}" runs on '
+            'torch. Use precision = "fp32", "bf16" or "auto", or runtime = "auto"'
         )
     if model.device.startswith("cuda"):
         return f'"openvino" runs on the CPU; [model].device is "{model.device}"'
@@ -43,9 +44,9 @@ def runtime_problem(model: ModelConfig) -> str | None:
     return openvino_missing()
 
 
-def openvino_wanted(model: ModelConfig, *, cpu: bool, float32: bool) -> bool:
-    """Whether a load of ``model`` (on the CPU or not, in plain float32 or not) goes to OpenVINO:
-    asked for, or "auto" and OpenVINO is here."""
-    if model.runtime == "torch" or not cpu or not float32 or model.compile:
+def openvino_wanted(model: ModelConfig, *, cpu: bool, precision: str) -> bool:
+    """Whether a load of ``model`` at ``precision`` (a concrete one), on the CPU or not, goes to
+    OpenVINO: asked for, or "auto" and OpenVINO is here."""
+    if model.runtime == "torch" or not cpu or precision not in ON_OPENVINO or model.compile:
         return False
     return model.runtime == "openvino" or openvino_missing() is None

@@ -89,8 +89,8 @@ def settle(
 
 
 def machine_key(job: Job, model_files: str) -> str:
-    """What a cached decision depends on (see `batchscore.precision.cache`): fp32's speed
-    depends on the runtime it loads on, so OpenVINO's version is part of it where it runs."""
+    """What a cached decision depends on (see `batchscore.precision.cache`): fp32's and bf16's
+    speeds depend on the runtime they load on, so OpenVINO's version is part of it where it runs."""
     device = resolve_device(job.model.device)
     runtime = f"openvino {version('openvino')}" if fp32_on_openvino(job) else ""
     return cache_key(
@@ -102,7 +102,7 @@ def machine_key(job: Job, model_files: str) -> str:
 def fp32_on_openvino(job: Job) -> bool:
     """Whether this job's fp32 loads go to OpenVINO (see `batchscore.pipeline.runtimes`)."""
     cpu = resolve_device(job.model.device).type == "cpu"
-    return openvino_wanted(job.model, cpu=cpu, float32=True)
+    return openvino_wanted(job.model, cpu=cpu, precision="fp32")
 
 
 def remember(

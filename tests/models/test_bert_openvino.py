@@ -20,9 +20,11 @@ from batchscore.models.bert import load_bert, read_shape
 from batchscore.models.bert_openvino import OpenVinoBert, openvino_bert
 from batchscore.models.text import TextEncoder
 from batchscore.pipeline.runtimes import openvino_missing
+from batchscore.precision.table import bf16_native
 from tests.models.test_bert import embeddings, min_cosine, padded_batch, tiny_bert
 
 pytestmark = pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
+openvino = pytest.importorskip("openvino")  # where it is missing, so is the runtime
 
 
 def test_minilm_on_openvino_matches_torch(minilm_path: Path, corpus):
@@ -36,6 +38,43 @@ def test_minilm_on_openvino_matches_torch(minilm_path: Path, corpus):
     worst, gap = min_cosine(ours, theirs), (ours - theirs).abs().max().item()
     print(f"MiniLM on OpenVINO vs torch, fp32: min cosine {worst:.8f}, max gap {gap:.2g}")
     assert worst >= 0.99999 and gap < 1e-4
+
+
+@pytest.mark.skipif(not bf16_native(torch.device("cpu")), reason="this CPU has no bf16 units")
+def test_minilm_in_bf16_on_openvino_keeps_the_fp32_embeddings(minilm_path: Path, corpus):
+    """A bfloat16 encoder runs OpenVINO's bf16 kernels: as close to fp32 as torch's bf16, and
+    its hidden states come back in bfloat16 for the layers after it."""
+    texts = corpus.column("text").to_pylist()[:: corpus.num_rows // 300][:300]
+    encoder = TextEncoder(minilm_path, 256, False)
+    ids, _ = encoder.encode(texts)
+    native = load_bert(minilm_path, read_shape(minilm_path)).eval()
+    fp32 = embeddings(native, encoder, ids)
+    native = native.to(torch.bfloat16)
+    compiled = openvino_bert(native, threads=2)
+    ours, theirs = embeddings(compiled, encoder, ids), embeddings(native, encoder, ids)
+    print(f"MiniLM in bf16 vs fp32: min cosine {min_cosine(ours, fp32):.6f} on OpenVINO, "
+          f"{min_cosine(theirs, fp32):.6f} on torch")  # fmt: skip
+    assert min_cosine(ours, fp32) >= 0.999 and min_cosine(ours, theirs) >= 0.999
+    ids, mask, _ = padded_batch(native.config.vocab_size)
+    assert compiled(ids, mask).last_hidden_state.dtype == torch.bfloat16
+
+
+def test_bf16_without_bf16_units_is_refused(minilm_path, monkeypatch):
+    """A CPU without bf16 units cannot be had in a test run: OpenVINO's report of its units is
+    replaced by one without BF16. OpenVINO would run bf16 emulated (slow) or quietly in f32."""
+
+    class NoBf16(openvino.Core):
+        def get_property(self, device: str, name: str) -> object:
+            found = super().get_property(device, name)
+            units = name == "OPTIMIZATION_CAPABILITIES"
+            return [unit for unit in found if unit != "BF16"] if units else found
+
+    monkeypatch.setattr(openvino, "Core", NoBf16)
+    native = load_bert(minilm_path, read_shape(minilm_path)).eval()
+    with pytest.raises(ModelError, match="no bf16 units"):
+        openvino_bert(native.to(torch.bfloat16), threads=1)
+    with pytest.raises(ModelError, match=r"float32 and bfloat16 encoders here, not torch\.float16"):
+        openvino_bert(native.to(torch.float16), threads=1)
 
 
 @pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new", "relu", "silu"])

@@ -1,14 +1,16 @@
-"""`[model].runtime`: which float32 loads go to OpenVINO, what is refused, and a job end to end
-on both runtimes with the same numbers."""
+"""`[model].runtime`: which fp32 and bf16 loads go to OpenVINO, what is refused, and a job end
+to end on both runtimes with the same numbers."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from batchscore.errors import JobError, ModelError
 from batchscore.job.load import load_job
@@ -19,7 +21,8 @@ from batchscore.models.embed import Embedder, StackText
 from batchscore.output.fingerprint import fingerprint_parts
 from batchscore.pipeline import runtimes
 from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.runtimes import openvino_missing
+from batchscore.pipeline.runtimes import ON_OPENVINO, openvino_missing
+from batchscore.precision.table import available
 from tests.conftest import read_output
 
 needs_openvino = pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
@@ -32,8 +35,13 @@ def embedder(path: Path, **model: object) -> tuple[Embedder, Executor]:
 
 
 @needs_openvino
-def test_auto_puts_the_native_encoder_of_an_fp32_cpu_load_on_openvino(minilm_path):
-    embed, executor = embedder(minilm_path, precision="fp32")
+@pytest.mark.parametrize("precision", ON_OPENVINO)
+def test_auto_puts_the_native_encoder_of_an_fp32_or_bf16_cpu_load_on_openvino(
+    minilm_path, precision
+):
+    if precision not in available(torch.device("cpu")):
+        pytest.skip(f"this CPU does not run {precision}")  # and so refuses the job before load
+    embed, executor = embedder(minilm_path, precision=precision)
     assert executor.runtime == "openvino" and executor.compiled
     assert isinstance(embed.model.transformer, OpenVinoBert)
     assert not any(isinstance(m, BertEncoder) for m in embed.model.modules())
@@ -68,10 +76,23 @@ def test_openvino_by_name_refuses_a_model_it_cannot_run(tmp_path, minilm_path):
     assert executor.runtime == "torch"
 
 
+@pytest.mark.parametrize("runtime", ["auto", "openvino"])
+def test_only_fp32_and_bf16_cpu_loads_go_to_openvino(runtime, monkeypatch):
+    """fp16 stays a torch cast (OpenVINO's CPU fp16 needs AMX-FP16), int8 swaps torch layers."""
+    monkeypatch.setattr(runtimes, "openvino_missing", lambda: None)  # as on an x86-64 with it
+    model = ModelConfig(task="embed", runtime=runtime)
+    wanted = {p: runtimes.openvino_wanted(model, cpu=True, precision=p)
+              for p in ("fp32", "bf16", "fp16", "int8")}  # fmt: skip
+    assert wanted == {"fp32": True, "bf16": True, "fp16": False, "int8": False}
+    assert not runtimes.openvino_wanted(model, cpu=False, precision="fp32")
+    compiled = dataclasses.replace(model, compile=True)
+    assert not runtimes.openvino_wanted(compiled, cpu=True, precision="fp32")
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ('model.precision="bf16"', 'precision "bf16" runs on torch'),
+        ('model.precision="fp16"', 'precision "fp16" runs on torch'),
         ('model.device="cuda"', "runs on the CPU"),
         ("model.compile=true", "both compile the model"),
     ],
@@ -89,7 +110,7 @@ def test_openvino_by_name_without_openvino_is_a_job_error(embed_job, monkeypatch
     )
     with pytest.raises(JobError, match=r"\[model\]\.runtime: .*not installed"):
         load_job(embed_job, ['model.runtime="openvino"'])
-    assert not runtimes.openvino_wanted(ModelConfig(task="embed"), cpu=True, float32=True)
+    assert not runtimes.openvino_wanted(ModelConfig(task="embed"), cpu=True, precision="fp32")
 
 
 def test_an_unknown_runtime_names_the_choices(embed_job):
@@ -124,3 +145,24 @@ def test_a_job_scores_the_same_on_both_runtimes(embed_job, tmp_path):
             assert np.abs(got - want).max() < 1e-5
     runs = sorted((tmp_path / "openvino/_batchscore/runs").glob("*.json"))
     assert json.loads(runs[-1].read_text())["runtime"] == "openvino"
+
+
+@needs_openvino
+@pytest.mark.skipif("bf16" not in available(torch.device("cpu")), reason="no bf16 units here")
+def test_a_bf16_job_scores_on_openvino_as_on_torch(embed_job, tmp_path):
+    """bf16 on OpenVINO and on torch round differently; both stay at fp32's embeddings."""
+    from batchscore.pipeline.driver import run_job
+
+    outputs, reports = {}, {}
+    for runtime, precision in (("torch", "fp32"), ("torch", "bf16"), ("openvino", "bf16")):
+        sets = [f'model.runtime="{runtime}"', f'model.precision="{precision}"']
+        job = load_job(embed_job, [*sets, f'output.path="{runtime}-{precision}"'])
+        reports[runtime, precision] = report = run_job(job)
+        vectors = read_output(tmp_path / report["output"])["embedding"].to_pylist()
+        outputs[runtime, precision] = torch.tensor(vectors)
+    assert reports["openvino", "bf16"]["runtime"] == "openvino"
+    assert reports["torch", "bf16"]["runtime"] == "torch"
+    want = outputs["torch", "fp32"]
+    for key in (("torch", "bf16"), ("openvino", "bf16")):
+        assert reports[key]["precision"] == "bf16"
+        assert torch.nn.functional.cosine_similarity(outputs[key], want).min() >= 0.999, key
