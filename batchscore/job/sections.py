@@ -56,8 +56,8 @@ class ModelConfig:
     # swaps layers after load) and TorchScript / torch.export files stay eager. Off by default:
     # BENCHMARKS.md ("torch.compile") has what it costs and gains.
     compile: bool = False
-    # Where a float32 model runs on the CPU: "openvino" compiles the native BERT encoder for
-    # OpenVINO's runtime (`batchscore.models.bert_openvino`, about 1.2x eager per token; its
+    # Where an fp32 or bf16 model runs on the CPU: "openvino" compiles the native BERT encoder
+    # for OpenVINO's runtime (`batchscore.models.bert_openvino`, 1.15-1.3x eager per token; its
     # outputs equal torch's to float noise, so it is not in the fingerprint either); "torch"
     # keeps every model in eager PyTorch; "auto" is OpenVINO wherever it can run that model.
     runtime: Literal["auto", "torch", "openvino"] = "auto"

@@ -82,9 +82,11 @@ class Executor:
         self.runtime = "torch"  # "openvino" once `prepare` has compiled an encoder for it
         cpu = self.device.type == "cpu"
         self.openvino = openvino_wanted(model, cpu=cpu, precision=model.precision)
-        if cpu:
-            # One intra-op thread per core: more threads only fight over the same cores.
-            torch.set_num_threads(model.threads or available_cores())
+        # One intra-op thread per core: more threads only fight over the same cores. Around an
+        # OpenVINO encoder torch keeps one (see `run`).
+        self.threads = (model.threads or available_cores()) if cpu else torch.get_num_threads()
+        self.torch_threads = self.threads
+        torch.set_num_threads(self.threads)
 
     @property
     def compiled(self) -> bool:
@@ -112,13 +114,14 @@ class Executor:
 
         def on_openvino(encoder: BertEncoder) -> torch.nn.Module:
             try:
-                built = openvino_bert(encoder, torch.get_num_threads())
+                built = openvino_bert(encoder, self.threads)
             except ModelError as exc:
                 if self.asked_runtime == "openvino":
                     raise ModelError(f'[model].runtime = "openvino": {exc}') from exc
                 log.warning("runtime auto: the encoder stays on torch: %s", exc)
                 return encoder
             self.runtime = "openvino"
+            self.torch_threads = 1
             return built
 
         if isinstance(module, BertEncoder):
@@ -152,7 +155,14 @@ class Executor:
 
         ``fn`` must return host data (e.g. ``.cpu()``): that copy is the sync point that makes the
         timing true on CUDA, where kernels otherwise return before they finish.
+
+        Where the encoder runs on OpenVINO, torch's part (pooling, a small head) runs on one
+        thread: a second OpenMP thread spins for a while after each op, on a core that
+        OpenVINO's threads need for the next batch (6-14 % of the encoder's speed, BENCHMARKS.md
+        "bf16 on OpenVINO"). Set at every call: trials of other precisions share the process.
         """
+        if torch.get_num_threads() != self.torch_threads:
+            torch.set_num_threads(self.torch_threads)
         start = time.perf_counter()
         with torch.inference_mode():
             out = fn()

@@ -166,3 +166,17 @@ def test_a_bf16_job_scores_on_openvino_as_on_torch(embed_job, tmp_path):
     for key in (("torch", "bf16"), ("openvino", "bf16")):
         assert reports[key]["precision"] == "bf16"
         assert torch.nn.functional.cosine_similarity(outputs[key], want).min() >= 0.999, key
+
+
+@needs_openvino
+def test_torch_runs_on_one_thread_around_an_openvino_encoder(minilm_path):
+    """torch's second OpenMP thread would spin on a core OpenVINO needs; each executor's calls
+    get its own setting, whichever ran last (trials of several precisions share a process)."""
+    config = ModelConfig(task="embed", max_length=64, threads=2, precision="fp32")
+    on_openvino = Executor(config)
+    Embedder(StackText(minilm_path, config), config, on_openvino, normalize=True)
+    on_torch = Executor(dataclasses.replace(config, runtime="torch"))
+    assert on_openvino.runtime == "openvino" and on_torch.runtime == "torch"
+    for _ in range(2):
+        assert on_openvino.run(torch.get_num_threads) == 1
+        assert on_torch.run(torch.get_num_threads) == 2
