@@ -30,7 +30,7 @@ from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.manifest import written_for
 from batchscore.pipeline.executor import resolve_device
-from batchscore.pipeline.runtimes import openvino_wanted
+from batchscore.pipeline.runtimes import ON_OPENVINO, openvino_wanted
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.cache import DecisionCache, cache_key
 from batchscore.precision.choose import choose_budget, choose_precision
@@ -89,10 +89,13 @@ def settle(
 
 
 def machine_key(job: Job, model_files: str) -> str:
-    """What a cached decision depends on (see `batchscore.precision.cache`): fp32's and bf16's
-    speeds depend on the runtime they load on, so OpenVINO's version is part of it where it runs."""
+    """What a cached decision depends on (see `batchscore.precision.cache`): a precision's speed
+    depends on the runtime it loads on, so OpenVINO's version and the precisions it runs are
+    part of it where it runs (a decision timed with bf16 on torch is not bf16 on OpenVINO's)."""
     device = resolve_device(job.model.device)
-    runtime = f"openvino {version('openvino')}" if fp32_on_openvino(job) else ""
+    cpu = device.type == "cpu"
+    ported = [name for name in ON_OPENVINO if openvino_wanted(job.model, cpu=cpu, precision=name)]
+    runtime = f"openvino {version('openvino')} ({', '.join(ported)})" if ported else ""
     return cache_key(
         model_files=model_files, task=job.model.task, max_length=job.model.max_length,
         device=device, runtime=runtime,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.choose import BUDGETS
 from batchscore.precision.gate import judge, trial
 from batchscore.precision.int8_linear import int8_available
+from batchscore.precision.settle import machine_key
 from batchscore.precision.table import available
 from tests.conftest import read_output, record_of
 from tests.reliability import make_job
@@ -169,3 +171,16 @@ def test_gating_int8_loads_again_when_the_reference_ran_on_openvino(job: Path):
     assert converted.task is not task and converted.executor.runtime == "torch"
     assert "in int8" in converted.executor.quantization
     assert judge(reference, converted, settings.quality).passed
+
+
+@pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
+def test_the_cache_key_names_the_runtime_each_precision_was_timed_on(job: Path):
+    """A speed timed on torch must not stand for OpenVINO's: each runtime setting has its key,
+    and the key names OpenVINO's version and the precisions it runs."""
+    keys = {
+        runtime: machine_key(load_job(job, [f'model.runtime="{runtime}"']), "0" * 64)
+        for runtime in ("auto", "openvino", "torch")
+    }
+    assert keys["auto"] == keys["openvino"]
+    assert keys["auto"].endswith(f"| openvino {version('openvino')} (fp32, bf16)")
+    assert "openvino" not in keys["torch"] and keys["torch"] != keys["auto"]
