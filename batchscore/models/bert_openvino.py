@@ -10,7 +10,7 @@ converted by OpenVINO's model converter: building it is a few milliseconds, need
 no files, and the converter reports usage over the network unless told not to. Precision is
 the encoder's own: a float32 encoder runs pinned to f32 (OpenVINO would pick bf16 on a CPU with
 bf16 units), a bfloat16 one runs OpenVINO's bf16 kernels, which on a CPU with AVX-512 BF16 run
-about 1.25x torch's bf16 per token (BENCHMARKS.md, "bf16 on OpenVINO"). Every build is checked
+about 1.15x torch's bf16 per token (BENCHMARKS.md, "bf16 on OpenVINO"). Every build is checked
 against the torch encoder on a probe batch before it scores a row (`openvino_bert`).
 """
 
