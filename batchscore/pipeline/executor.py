@@ -85,7 +85,6 @@ class Executor:
         # One intra-op thread per core: more threads only fight over the same cores. Around an
         # OpenVINO encoder torch keeps one (see `run`).
         self.threads = (model.threads or available_cores()) if cpu else torch.get_num_threads()
-        self.torch_threads = self.threads
         torch.set_num_threads(self.threads)
 
     @property
@@ -93,6 +92,12 @@ class Executor:
         """Whether the model runs as a compiled graph (inductor or OpenVINO), which a change to
         its torch layers after load (int8's swap) would not reach."""
         return self.compile or self.runtime == "openvino"
+
+    @property
+    def torch_threads(self) -> int:
+        """torch's intra-op threads for this model's calls: one beside an OpenVINO encoder
+        (see `run`), else the job's."""
+        return 1 if self.runtime == "openvino" else self.threads
 
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
         """Cast once, move once, switch to inference behaviour (no dropout, no grad); put a
@@ -121,7 +126,6 @@ class Executor:
                 log.warning("runtime auto: the encoder stays on torch: %s", exc)
                 return encoder
             self.runtime = "openvino"
-            self.torch_threads = 1
             return built
 
         if isinstance(module, BertEncoder):
