@@ -62,6 +62,7 @@ def test_two_runs_of_one_job_cannot_overlap(embed_job: Path, tmp_path: Path):
     first = start(embed_job)
     try:
         wait_for_commits(tmp_path / "out/_batchscore/done", 1, first)
+        first.send_signal(signal.SIGSTOP)  # mid-run, lock held, however fast the rest would go
         second = start(embed_job)
         _, err = second.communicate(timeout=120)
         assert second.returncode == 75
