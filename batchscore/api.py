@@ -32,6 +32,7 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunReport
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
 from batchscore.pipeline.shards import check_columns
 from batchscore.precision.cache import DecisionCache, user_cache_folder
@@ -151,9 +152,11 @@ def score(
             f"{task} writes; rename or drop them first"
         )
     settled = dataclasses.replace(job, model=ready.job.model, batching=ready.job.batching)
+    with LOADING:
+        known, ready.known = ready.known, None  # the gate's results: for this call's rows alone
     scored, _ = score_table(
         settled, table, task=ready.task, executor=ready.executor,
-        progress=Progress(table.num_rows, "off"),
+        progress=Progress(table.num_rows, "off"), known=known,
     )  # fmt: skip
     return frame.with_columns(scored)
 
@@ -223,6 +226,7 @@ class Ready:
     job: Job
     task: Task
     executor: Executor
+    known: Known | None = None  # the gate's results for the first call's first rows
 
 
 LOADED: OrderedDict[str, Ready] = OrderedDict()  # settings -> model, least recently used first
@@ -245,7 +249,7 @@ def load(job: Job, table: pa.Table) -> Ready:
             job, model_path, None, sample, cache=cache, model_files=files, rows=rows
         )
         if chosen is not None and chosen.task is not None:  # the gate's model, ready to use
-            ready = Ready(concrete, chosen.task, chosen.executor)
+            ready = Ready(concrete, chosen.task, chosen.executor, chosen.known)
         else:
             executor = Executor(concrete.model)
             ready = Ready(concrete, load_at(concrete, model_path, executor, sample), executor)

@@ -148,6 +148,26 @@ def test_a_loaded_model_is_reused(texts: pa.Table, monkeypatch):
     assert len(loads) == 2  # another truncation is another model setting
 
 
+def test_score_takes_the_gates_results_for_its_first_rows(texts: pa.Table, monkeypatch):
+    """max_tokens = "auto" gates fp32 on the first 8 rows and times budgets with that model;
+    the call takes its results for those rows (a spy on the real `score_table` sees them),
+    the next call with the loaded model has none to take, and the vectors are a plain call's."""
+    handed = []
+    real = api.score_table
+    monkeypatch.setattr(
+        api, "score_table", lambda *a, **k: handed.append(k["known"]) or real(*a, **k)
+    )
+    api.LOADED.clear()
+    options = {**FAST, "max_tokens": "auto", "sample_rows": 8}
+    gated = batchscore.score(texts, task="embed", **options)
+    batchscore.score(texts, task="embed", **options)
+    assert handed[0] is not None and not handed[0]  # given, and all 8 taken
+    assert handed[1] is None  # the gate's results go with the first call alone
+    plain = batchscore.score(texts, task="embed", **FAST, max_tokens=16384)
+    got, want = (np.asarray(t.column("embedding").to_pylist()) for t in (gated, plain))
+    assert np.allclose(got, want, atol=1e-5)
+
+
 def test_bad_rows_fail_or_are_kept_with_their_error(texts: pa.Table):
     broken = texts.slice(0, 6).set_column(1, "text", pa.array(["a", None, "b", " ", "c", "d"]))
     with pytest.raises(InputDataError, match=r"the data: row 1, column 'text': text is null"):

@@ -10,6 +10,7 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.known import Known
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import Scored, windows
 from batchscore.pipeline.threads import Sink, prefetch
@@ -27,6 +28,7 @@ class LocalEngine:
         self.task: Task | None = None
         self.quantization = ""
         self.runtime = "torch"
+        self.known: Known | None = None  # the adopted gate model's results for the first rows
 
     @property
     def busy_s(self) -> float:
@@ -36,7 +38,7 @@ class LocalEngine:
         self, model_path: Path, stats: RunStats, chunks: int = 1, loaded: Trial | None = None
     ) -> Task:
         if loaded is not None and loaded.task is not None:  # the gate's model, already prepared
-            self.executor, self.task = loaded.executor, loaded.task
+            self.executor, self.task, self.known = loaded.executor, loaded.task, loaded.known
             self.executor.busy_s = 0.0  # the run's model time starts now
         else:
             self.task = load_at(self.job, model_path, self.executor)
@@ -47,7 +49,8 @@ class LocalEngine:
         self, chunks: list[Chunk], sink: Sink[Scored], bar: Progress, stats: RunStats
     ) -> None:
         scorer = Scorer(self.job, self.task, self.executor, stats=stats, progress=bar)
-        for window in prefetch(windows(self.job, chunks, self.task), depth=2):
+        known, self.known = self.known, None  # for this pass over the chunks alone
+        for window in prefetch(windows(self.job, chunks, self.task, known), depth=2):
             for scored in scorer(window):  # one per chunk the window holds rows of
                 sink.put(scored)
 

@@ -208,6 +208,8 @@ def render(numbers: dict[str, Any]) -> str:
     notes = [numbers.get("int8") and f"int8: {numbers['int8']}"]
     why = (numbers.get("settled") or {}).get("precision", {}).get("why")
     notes.append(why and f"precision: {why}")
+    gated = f.get("from_gate")
+    notes.append(gated and f"quality gate: {gated:,} inputs scored by its pass, not again")
     title = f"batchscore report: {numbers['job']}"
     page = [
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',

@@ -16,6 +16,7 @@ class RunStats:
     rows: int = 0
     units: int = 0
     duplicates: int = 0
+    from_gate: int = 0  # units the quality gate's pass had scored, by the model the run adopted
     tokens: int = 0
     computed_tokens: int = 0
     padded_tokens: int = 0
@@ -154,6 +155,11 @@ def summary(report: dict[str, Any]) -> str:
             *(
                 [f"  long texts: {report['chunked']:,} read whole as {report['windows']:,} windows"]
                 if report.get("chunked")
+                else []
+            ),
+            *(
+                [f"  quality gate: {report['from_gate']:,} inputs scored by its pass, not again"]
+                if report.get("from_gate")
                 else []
             ),
             *([f"  int8: {report['int8']}"] if report.get("int8") else []),

@@ -17,6 +17,7 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.known import Known
 from batchscore.pipeline.reader import Rows
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.shards import Shard
@@ -26,25 +27,35 @@ MEMORY = "the data"  # how messages name the in-memory input: "the data: row 3, 
 MEMORY_SHARD = Shard(0, MEMORY, 0, 0)
 
 
-def memory_windows(job: Job, table: pa.Table, task: Task) -> Iterator[Window]:
-    """The table as one chunk's windows of `[batching].window_rows` rows, encoded and cut."""
+def memory_windows(
+    job: Job, table: pa.Table, task: Task, known: Known | None = None
+) -> Iterator[Window]:
+    """The table as one chunk's windows of `[batching].window_rows` rows, encoded and cut;
+    units whose result is ``known`` are not batched."""
     chunk = Chunk(MEMORY_SHARD, 0, 0, table.num_rows, 1)
     step = job.batching.window_rows
     for start in range(0, table.num_rows, step):
         rows = Rows(table.slice(start, step), offset=start, read=min(step, table.num_rows - start))
-        yield encode_window(job, chunk, rows, task)
+        yield encode_window(job, chunk, rows, task, known)
 
 
 def score_table(
-    job: Job, table: pa.Table, *, task: Task, executor: Executor, progress: Progress
+    job: Job,
+    table: pa.Table,
+    *,
+    task: Task,
+    executor: Executor,
+    progress: Progress,
+    known: Known | None = None,
 ) -> tuple[pa.Table, RunStats]:
     """The task's columns (and ``error`` under ``on_error = "skip"``) for every row of
     ``table``, in its order; a row that fails under ``on_error = "fail"`` raises
-    `InputDataError` naming it. Also returns the counters (tokens, padding) of the work."""
+    `InputDataError` naming it. Also returns the counters (tokens, padding) of the work.
+    ``known``: results the model gave before (its quality gate's), not scored again."""
     stats = RunStats()
     scorer = Scorer(job, task, executor, stats=stats, progress=progress)
     parts = []
-    for window in memory_windows(job, table, task):
+    for window in memory_windows(job, table, task, known):
         (scored,) = scorer(window)  # one chunk: one part
         if scored.error is not None:
             raise scored.error

@@ -30,6 +30,7 @@ from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import Part, Scored, Window, batches, windows
 
 log = logging.getLogger("batchscore")
+NON_FINITE = "non-finite output (NaN or inf) from the model"
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -76,13 +77,20 @@ def run_window(
 
     When the window has repeats (``same_as``: unit -> the identical unit that is scored for
     it), batches cover only the distinct units and each duplicate gets its twin's result (and
-    its twin's failure).
+    its twin's failure). Units whose result is known (`Window.known`) take it as it is, checked
+    like any batch's.
     """
     encoded, same_as = window.encoded, window.same_as
     rows_per_unit = window.table.num_rows / max(len(window.units), 1)
     sizes = encoded.lengths + encoded.reserve
     queue, done, outputs = list(cut), [], []
     failed: dict[int, str] = {}  # unit -> why it has no result
+    known = window.known
+    if known is not None and len(known):  # taken as they are, checked as any batch's are
+        done.append(known)
+        outputs.append(window.known_results)
+        failed.update(dict.fromkeys(non_finite(window.known_results, known), NON_FINITE))
+        progress.advance(rows_per_unit * len(known), int(encoded.lengths[known].sum()))
     lost: list[int] = []  # units the model produced nothing for (a stand-in keeps their place)
     while queue:
         batch = queue.pop(0)
@@ -112,8 +120,7 @@ def run_window(
                 queue = batches(encoded, rest, budget.max_tokens, max_rows=max_rows, sort=True)
             queue[:0] = [batch[:half], batch[half:]]
             continue
-        for unit in non_finite(out, batch):
-            failed[unit] = "non-finite output (NaN or inf) from the model"
+        failed.update(dict.fromkeys(non_finite(out, batch), NON_FINITE))
         outputs.append(out)
         done.append(batch)
         progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
@@ -122,7 +129,7 @@ def run_window(
     errors: dict[int, str] = {}
     for unit, why in failed.items():
         errors.setdefault(int(encoded.rows[encoded.owners[unit]]), why)
-    ran = list(done)
+    ran = done[1:] if known is not None and len(known) else list(done)
     if lost:
         if not outputs:  # every unit failed: there is nothing to assemble
             return Outcome(None, errors, ran)
@@ -155,6 +162,7 @@ def count(stats: RunStats, window: Window, ran: list[np.ndarray]) -> None:
     stats.rows += window.table.num_rows
     stats.units += len(encoded.lengths)
     stats.duplicates += len(encoded.lengths) - len(window.units)
+    stats.from_gate += 0 if window.known is None else len(window.known)
     stats.tokens += int(encoded.lengths.sum())
     stats.computed_tokens += int(encoded.lengths[units].sum())
     stats.padded_tokens += padded_tokens(encoded.lengths, ran)
@@ -186,7 +194,7 @@ class Scorer:
         cut = window.batches
         if max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
             sort = self.job.batching.sort and self.task.bucketing
-            cut = batches(encoded, window.units, max_tokens, max_rows=self.max_rows, sort=sort)
+            cut = batches(encoded, window.pending, max_tokens, max_rows=self.max_rows, sort=sort)
         outcome = self.run(window, cut, max_tokens)
         if not len(encoded.lengths):
             self.progress.advance(window.table.num_rows, 0)

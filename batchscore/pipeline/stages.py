@@ -24,6 +24,7 @@ from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoded, Encoding, Task
 from batchscore.models.tasks import input_kinds
 from batchscore.output.pending import Chunk, chunks_of
+from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.reader import Rows, read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
 from batchscore.pipeline.shards import find_shards, open_shard
@@ -52,6 +53,8 @@ class Window:
     encoded: Encoded | None = None
     units: np.ndarray | None = None  # the units to score: each distinct input once
     same_as: np.ndarray | None = None  # unit -> the identical unit scored for it, if any repeat
+    known: np.ndarray | None = None  # units whose result the model gave before (`Known`) ...
+    known_results: np.ndarray | None = None  # ... and those results; the batches leave them out
     batches: list[np.ndarray] = field(default_factory=list)
     cut_for: int = 0  # the max_tokens the batches were cut for
     error: BatchscoreError | None = None
@@ -60,6 +63,13 @@ class Window:
     def chunk(self) -> Chunk:
         """The first part's chunk (the failed one, for an error window)."""
         return self.parts[0].chunk
+
+    @property
+    def pending(self) -> np.ndarray:
+        """The units the model has still to score: every distinct unit but the known ones."""
+        if self.known is None or not len(self.known):
+            return self.units
+        return np.setdiff1d(self.units, self.known, assume_unique=True)
 
     def part_of(self, row: int) -> Part:
         """The part a window row belongs to."""
@@ -116,20 +126,20 @@ def check_fits(encoded: Encoded, max_tokens: int) -> None:
 
 
 def distinct(encoded: Encoded) -> tuple[np.ndarray, np.ndarray | None]:
-    """The units worth scoring: identical token ids are scored once, since every task's result
-    depends on its input alone (seeded sampling seeds each row from its prompt). Returns them,
-    and unit -> its scored twin when any repeat."""
+    """The units worth scoring: identical inputs (`unit_keys`) are scored once, since every
+    task's result depends on its input alone (seeded sampling seeds each row from its prompt).
+    Returns them, and unit -> its scored twin when any repeat."""
     units = np.arange(len(encoded.lengths))
-    if encoded.ids is None:
+    keys = unit_keys(encoded)
+    if keys is None:
         return units, None
-    keys = [ids.tobytes() for ids in encoded.ids]
-    if encoded.type_ids is not None:  # a pair split elsewhere is another input
-        keys = [key + types.tobytes() for key, types in zip(keys, encoded.type_ids, strict=True)]
     first, same_as = first_of_each(keys)
     return (first, same_as) if len(first) < len(units) else (units, None)
 
 
-def windows(job: Job, chunks: list[Chunk], task: Encoding) -> Iterator[Window]:
+def windows(
+    job: Job, chunks: list[Chunk], task: Encoding, known: Known | None = None
+) -> Iterator[Window]:
     """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread).
 
     Rows gather across chunks until a window holds `[batching].window_rows` input rows. A shard
@@ -147,22 +157,24 @@ def windows(job: Job, chunks: list[Chunk], task: Encoding) -> Iterator[Window]:
         try:
             for rows in read_rows(chunk, columns, size, row_filter):
                 if parts and rows.table.schema != parts[-1].rows.table.schema:
-                    yield from combine(job, parts, task, gone)  # one window, one schema
+                    yield from combine(job, parts, task, gone, known)  # one window, one schema
                     parts, read = [], 0
                 parts.append(Part(chunk, rows))
                 read += rows.read
                 if read >= size:
-                    yield from combine(job, parts, task, gone)
+                    yield from combine(job, parts, task, gone, known)
                     parts, read = [], 0
         except InputDataError as exc:
-            yield from combine(job, parts, task, gone)  # what was read before, first
+            yield from combine(job, parts, task, gone, known)  # what was read before, first
             parts, read = [], 0
             gone.add(chunk.shard.index)
             yield failed(chunk, exc)
-    yield from combine(job, parts, task, gone)
+    yield from combine(job, parts, task, gone, known)
 
 
-def combine(job: Job, parts: list[Part], task: Encoding, gone: set[int]) -> Iterator[Window]:
+def combine(
+    job: Job, parts: list[Part], task: Encoding, gone: set[int], known: Known | None = None
+) -> Iterator[Window]:
     """One window of ``parts`` (of shards not in ``gone``), encoded and cut. Under
     ``on_error = "fail"`` a row that cannot be encoded fails its shard alone: its parts leave the
     window, its failure goes in their place, and the rest is encoded again."""
@@ -173,7 +185,7 @@ def combine(job: Job, parts: list[Part], task: Encoding, gone: set[int]) -> Iter
             part.start, start = start, start + part.rows.table.num_rows
         window = Window(parts, table if table is not None else parts[0].rows.table)
         try:
-            yield encode(job, window, task)
+            yield encode(job, window, task, known)
             return
         except RowError as exc:
             gone.add(exc.chunk.shard.index)
@@ -193,10 +205,11 @@ class RowError(InputDataError):
         self.chunk = chunk
 
 
-def encode(job: Job, window: Window, task: Encoding) -> Window:
+def encode(job: Job, window: Window, task: Encoding, known: Known | None = None) -> Window:
     """Tokenizer + sampler for a window: encoded, repeats found, batches cut; `RowError` for
     the first row that cannot be encoded under ``on_error = "fail"``. ``task`` is the adapter,
-    or (`batchscore plan`) its encoding alone, without weights."""
+    or (`batchscore plan`) its encoding alone, without weights. Units whose result is
+    ``known`` (taken from it) are set aside with their results and not batched."""
     max_tokens = job.batching.max_tokens
     encoded = task.encode(window.table)
     if encoded.errors and job.output.on_error == "fail":
@@ -204,17 +217,21 @@ def encode(job: Job, window: Window, task: Encoding) -> Window:
         raise RowError(f"{window.where(row)}, {message}", window.part_of(row).chunk)
     check_fits(encoded, max_tokens)
     units, same_as = distinct(encoded)
-    sort = job.batching.sort and task.bucketing
-    cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=sort)
     window.encoded, window.units, window.same_as = encoded, units, same_as
+    if known:
+        window.known, window.known_results = known.take(encoded, units)
+    sort = job.batching.sort and task.bucketing
+    cut = batches(encoded, window.pending, max_tokens, max_rows=job.batching.max_rows, sort=sort)
     window.batches, window.cut_for = cut, max_tokens
     return window
 
 
-def encode_window(job: Job, chunk: Chunk, rows: Rows, task: Task) -> Window:
+def encode_window(
+    job: Job, chunk: Chunk, rows: Rows, task: Task, known: Known | None = None
+) -> Window:
     """One chunk's window of rows, encoded and cut (`InputDataError` under ``on_error =
     "fail"`` for a row that cannot be encoded): for callers that read rows themselves."""
-    return encode(job, Window([Part(chunk, rows)], rows.table), task)
+    return encode(job, Window([Part(chunk, rows)], rows.table), task, known)
 
 
 def sample_rows(job: Job, rows: int) -> pa.Table:

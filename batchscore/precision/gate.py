@@ -15,6 +15,7 @@ from batchscore.job.sections import Job, QualityConfig
 from batchscore.models.agreement import Agreement
 from batchscore.models.base import Task
 from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.known import Known
 from batchscore.pipeline.sampler import restore
 from batchscore.pipeline.stages import batches
 from batchscore.precision.load import convert, convertible, load_at
@@ -34,10 +35,11 @@ class Trial:
     load_s: float = 0.0  # loading the model at this precision, int8's calibration included
     cold_s: float = 0.0  # its first pass over the sample (the gate's pass, when not timed)
     runtime: str = "torch"  # or "openvino": where its model ran (`batchscore.pipeline.runtimes`)
+    known: Known | None = None  # its model's results for the sample, for a run that adopts it
 
     def unload(self) -> None:
-        """Let go of the model (its results and timing stay)."""
-        self.task = self.executor = None
+        """Let go of the model, and of the results only it may hand on (columns, timing stay)."""
+        self.task = self.executor = self.known = None
 
     @property
     def rows_per_s(self) -> float:
@@ -93,7 +95,7 @@ def trial(
     rows = len(encoded.rows)
     return Trial(
         precision, columns, seconds, rows, task, executor, load_s=load_s, cold_s=cold,
-        runtime=executor.runtime,
+        runtime=executor.runtime, known=Known.of(encoded, results) if cut else None,
     )  # fmt: skip
 
 

@@ -137,7 +137,10 @@ def from_cache(
     sooner = ""
     if auto and name not in (None, "fp32") and rows is not None:
         converts = convertible(name, compiled=job.model.compile or fp32_on_openvino(job))
-        fp32_s, other_s, gate_s = expected_s(cached, name, rows, table.num_rows, converts)
+        adopts = job.engine == "local"  # the gate's model, and its results for the sample
+        fp32_s, other_s, gate_s = expected_s(
+            cached, name, rows, table.num_rows, converts=converts, adopts=adopts
+        )
         if fp32_s is not None:
             first = "fp32" if fp32_s <= other_s else name
             sooner = (f"for {rows:,} rows, {first} is expected to finish first: fp32 in "
@@ -180,13 +183,20 @@ def from_cache(
 
 
 def expected_s(
-    cached: dict[str, Any], name: str, rows: int, sample: int, converts: bool = False
+    cached: dict[str, Any],
+    name: str,
+    rows: int,
+    sample: int,
+    *,
+    converts: bool = False,
+    adopts: bool = False,
 ) -> tuple[float | None, float, float]:
     """Seconds a run of ``rows`` rows is expected to take at fp32 and at ``name``, and the part
     of the latter that is ``name``'s quality gate, from this machine's cached speeds: fp32 loads
     once and scores the rows; ``name`` first scores the sample in fp32 and in ``name`` (its own
     load and calibration included; only the calibration when the fp32 model ``converts`` in
-    place), then the rows. (None, 0, 0) when the cache lacks a speed."""
+    place), then the rows, less the sample where the run ``adopts`` the gate's model and its
+    results (`batchscore.pipeline.known`). (None, 0, 0) when the cache lacks a speed."""
     speeds = cached.get("speeds", {})
     if "fp32" not in speeds or name not in speeds:
         return None, 0.0, 0.0
@@ -195,7 +205,8 @@ def expected_s(
     own = max(other["load_s"] - fp32["load_s"], 0.0) if converts else other["load_s"]
     gate_s = fp32["load_s"] + scale * fp32["cold_s"] + own + scale * other["cold_s"]
     fp32_s = fp32["load_s"] + rows / max(fp32["rows_per_s"], 1e-9)
-    return fp32_s, gate_s + rows / max(other["rows_per_s"], 1e-9), gate_s
+    left = max(rows - sample, 0) if adopts else rows
+    return fp32_s, gate_s + left / max(other["rows_per_s"], 1e-9), gate_s
 
 
 def recorded_decision(ckpt: Checkpoint, job: Job) -> dict[str, Any] | None:

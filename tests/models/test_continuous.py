@@ -154,3 +154,17 @@ def test_a_job_writes_the_same_rows_and_fingerprint_either_way(tmp_path, shards,
     # neither key is part of the fingerprint: a run with them flipped resumes the folder
     flipped = ["batching.continuous=false", "batching.prefix_cache=false", 'output.path="out-True"']
     assert run_job(load_job(path, flipped))["chunks_already_done"] == 6
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_the_gates_answers_are_the_runs_for_its_rows(tmp_path, shards, gpt2_path, continuous):
+    """A new folder's gate (max_tokens = "auto" gates fp32 and times budgets with its model)
+    answers the first 30 prompts; the run takes those answers, continuously batched or not, and
+    writes what a run without a gate writes."""
+    path = generate_job(tmp_path, gpt2_path, prompt="{kind}: {text}")
+    mode = f"batching.continuous={str(continuous).lower()}"
+    gated = run_job(load_job(path, [mode, "batching.max_tokens=auto", "quality.sample_rows=30"]))
+    plain = run_job(load_job(path, [mode, 'output.path="plain"']))
+    assert gated["from_gate"] == 30 and plain["from_gate"] == 0
+    assert gated["rows"] == plain["rows"] == 360
+    assert read_output(tmp_path / "out").equals(read_output(tmp_path / "plain"))

@@ -58,7 +58,7 @@ def test_a_second_output_folder_reuses_this_machines_measurement(job: Path, tmp_
     if measured["precision"] == "fp32":
         assert cached["precision"] == "fp32"
     else:  # weighed for this job's 30 rows: the faster precision's gate against what it saves
-        fp32_s, other_s, _ = expected_s(entry, measured["precision"], 30, 24)
+        fp32_s, other_s, _ = expected_s(entry, measured["precision"], 30, 24, adopts=True)
         assert cached["precision"] == ("fp32" if fp32_s <= other_s else measured["precision"])
         assert "is expected to finish first" in cached["why"]
         if cached["precision"] != "fp32":  # the gate ran again, on this job's rows
@@ -81,6 +81,8 @@ def test_expected_time_weighs_the_gate_against_the_rows():
     assert (fp32_s, int8_s) == pytest.approx((101.0, 1.0 + 0.48 + 3.0 + 0.32 + 10_000 / 150))
     converted = expected_s(entry, "int8", 100, 24, converts=True)  # int8: calibration only
     assert converted == pytest.approx((2.0, 1.0 + 0.24 + 2.0 + 0.16 + 100 / 150, 3.4))
+    adopted = expected_s(entry, "int8", 100, 24, adopts=True)  # the sample is not scored again
+    assert adopted == pytest.approx((2.0, 4.4 + 76 / 150, 4.4))
     assert expected_s({"speeds": {"fp32": SPEEDS["fp32"]}}, "int8", 100, 24)[0] is None
 
 
