@@ -4,10 +4,10 @@ A new output folder's quality gate scores the job's first rows (`batchscore.prec
 and the local engine then adopts the gate's model rather than loading it again. Those rows are
 the first the run reads, so without this the run would score them a second time, with the very
 model that just did: a pass over `[quality].sample_rows` rows wasted in every new folder
-(0.7 s for MiniLM in bf16 on 2 cores, against 2.5 s for its whole gate). Units are matched by
-their model input (`unit_keys`), as `batchscore.pipeline.stages.distinct` matches repeats: every
-task's result depends on its input alone. Each known result is taken once, by the first window
-that meets its input.
+(0.5-0.7 s for MiniLM in bf16 on 2 cores, of a 2.5-3 s gate; BENCHMARKS.md). Units are matched
+by their model input (`unit_keys`), as `batchscore.pipeline.stages.distinct` matches repeats:
+every task's result depends on its input alone. Each known result is taken once, by the first
+window that meets its input.
 """
 
 from __future__ import annotations
