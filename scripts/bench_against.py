@@ -59,12 +59,15 @@ def main() -> None:
     for name, reports in runs.items():
         process[name] = median(reports, lambda r: r["process_s"])
         scoring = median(reports, lambda r: r["wall_s"] - r["load_s"] - r["tuning_s"])
-        model = median(reports, lambda r: r["padded_tokens"] / r["model_busy_s"])
+        model = median(reports, lambda r: r["padded_tokens"] / (r["model_busy_s"] or NAN))
         last = reports[-1]
         ran = last["precision"] + (" on OpenVINO" if last.get("runtime") == "openvino" else "")
         print(f"{name:<10} {process[name]:9.2f} {scoring:9.2f} {model:11,.0f} "
               f"{last['batches']:7} {last.get('from_gate', 0):9}  {ran}")  # fmt: skip
     print(f"whole process: this tree {process['baseline'] / process['this tree']:.2f}x baseline")
+
+
+NAN = float("nan")  # no model call: every row came from the gate (a job of sample_rows or less)
 
 
 def median(reports: list[dict], figure) -> float:

@@ -107,7 +107,8 @@ def ours_run(job: Path) -> dict:
         "process_s": report["process_s"],
         "loaded_s": scoring,
         "padded_per_s": report["padded_tokens"] / scoring,
-        "model_per_s": report["padded_tokens"] / report["model_busy_s"],
+        # no model call when the gate scored every row (a job of `[quality].sample_rows` or less)
+        "model_per_s": report["padded_tokens"] / (report["model_busy_s"] or float("nan")),
         "pad_eff": report["padding_efficiency"],
         "note": f"ran {report['precision']}"
         + (" on OpenVINO" if report.get("runtime") == "openvino" else "")
