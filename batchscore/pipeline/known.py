@@ -46,10 +46,10 @@ class Known:
             return None
         return cls({key: unit for unit, key in enumerate(keys)}, results)
 
-    def take(self, encoded: Encoded, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Those of ``units`` whose result is known, and their results; each is given once."""
-        keys = unit_keys(encoded)
-        found = [] if keys is None else [(u, self.index.pop(keys[u], -1)) for u in units.tolist()]
+    def take(self, keys: list[bytes], units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Those of ``units`` (``keys``: every unit's, `unit_keys`) whose result is known, and
+        their results; each is given once."""
+        found = [(u, self.index.pop(keys[u], -1)) for u in units.tolist()]
         hits = [(u, at) for u, at in found if at >= 0]
         taken = np.array([u for u, _ in hits], dtype=np.int64)
         return taken, self.results[np.array([at for _, at in hits], dtype=np.int64)]

@@ -125,12 +125,11 @@ def check_fits(encoded: Encoded, max_tokens: int) -> None:
         )
 
 
-def distinct(encoded: Encoded) -> tuple[np.ndarray, np.ndarray | None]:
-    """The units worth scoring: identical inputs (`unit_keys`) are scored once, since every
-    task's result depends on its input alone (seeded sampling seeds each row from its prompt).
-    Returns them, and unit -> its scored twin when any repeat."""
+def distinct(encoded: Encoded, keys: list[bytes] | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The units worth scoring: identical inputs (``keys``, `unit_keys`) are scored once, since
+    every task's result depends on its input alone (seeded sampling seeds each row from its
+    prompt). Returns them, and unit -> its scored twin when any repeat."""
     units = np.arange(len(encoded.lengths))
-    keys = unit_keys(encoded)
     if keys is None:
         return units, None
     first, same_as = first_of_each(keys)
@@ -216,10 +215,11 @@ def encode(job: Job, window: Window, task: Encoding, known: Known | None = None)
         row, message = min(encoded.errors.items())
         raise RowError(f"{window.where(row)}, {message}", window.part_of(row).chunk)
     check_fits(encoded, max_tokens)
-    units, same_as = distinct(encoded)
+    keys = unit_keys(encoded)
+    units, same_as = distinct(encoded, keys)
     window.encoded, window.units, window.same_as = encoded, units, same_as
-    if known:
-        window.known, window.known_results = known.take(encoded, units)
+    if known and keys is not None:
+        window.known, window.known_results = known.take(keys, units)
     sort = job.batching.sort and task.bucketing
     cut = batches(encoded, window.pending, max_tokens, max_rows=job.batching.max_rows, sort=sort)
     window.batches, window.cut_for = cut, max_tokens

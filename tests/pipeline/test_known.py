@@ -19,7 +19,7 @@ from batchscore.observe.report import summary
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.known import Known
+from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.memory import MEMORY_SHARD
 from batchscore.pipeline.reader import Rows
 from batchscore.pipeline.scoring import Budget, run_window
@@ -89,10 +89,10 @@ def test_known_results_are_taken_once_and_never_for_rows_without_token_ids():
     gate = task.encode(pa.table({"text": ["ab", "c"]}))
     known = Known.of(gate, np.array([1.0, 2.0]))
     later = task.encode(pa.table({"text": ["c", "zz", "ab", "c"]}))
-    units, results = known.take(later, np.array([0, 1, 2]))
+    units, results = known.take(unit_keys(later), np.array([0, 1, 2]))
     assert units.tolist() == [0, 2] and results.tolist() == [2.0, 1.0]
     assert not known  # both given: nothing is left to take
-    assert known.take(later, np.array([3]))[0].size == 0
+    assert known.take(unit_keys(later), np.array([3]))[0].size == 0
     rows = Encoded(np.ones(2, dtype=np.int64), np.arange(2), np.arange(2))  # a tensor's rows
     assert Known.of(rows, np.array([1.0, 2.0])) is None
 
