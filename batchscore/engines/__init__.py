@@ -39,9 +39,10 @@ class Engine(Protocol):
         ...
 
     def score(
-        self, chunks: list[Chunk], sink: Sink[Scored], bar: Progress, stats: RunStats
+        self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats
     ) -> None:
-        """Score every chunk, putting its windows into ``sink`` (each chunk's in row order)."""
+        """Score every chunk; each window's parts go into ``sink`` as one list, so the writer
+        takes a window in one step. Each chunk's parts arrive in row order."""
         ...
 
     def close(self) -> None:

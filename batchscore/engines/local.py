@@ -46,13 +46,12 @@ class LocalEngine:
         return self.task
 
     def score(
-        self, chunks: list[Chunk], sink: Sink[Scored], bar: Progress, stats: RunStats
+        self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats
     ) -> None:
         scorer = Scorer(self.job, self.task, self.executor, stats=stats, progress=bar)
         known, self.known = self.known, None  # for this pass over the chunks alone
         for window in prefetch(windows(self.job, chunks, self.task, known), depth=2):
-            for scored in scorer(window):  # one per chunk the window holds rows of
-                sink.put(scored)
+            scorer(window, sink.put)  # the parts (one per chunk) it completes, a few at a time
 
     def close(self) -> None:
         """Nothing to release: the model goes with this process."""

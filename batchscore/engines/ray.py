@@ -226,7 +226,7 @@ class RayEngine:
             raise EngineError(f"ray: a model actor died while loading the model: {exc}") from exc
 
     def score(
-        self, chunks: list[Chunk], sink: Sink[Scored], bar: Progress, stats: RunStats
+        self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats
     ) -> None:
         from ray.exceptions import RayActorError, RayTaskError
 
@@ -251,8 +251,7 @@ class RayEngine:
                     self.lost(chunk, slot, generation, exc)
                     pending.appendleft(chunk)
                     continue
-                for part in result.parts:
-                    sink.put(part)
+                sink.put(result.parts)
                 for name, value in result.counters.items():
                     setattr(stats, name, getattr(stats, name) + value)
                 stats.shape.merge(result.shape)

@@ -1,14 +1,18 @@
-"""The writer thread's work: append scored windows to the open chunk, publish and commit it.
+"""The writer thread's work: append scored parts to their chunk's file, publish and commit it.
 
 A chunk commits as: data file staged (temp, fsync, check), its intent recorded, the file
 published (rename), its rejected rows (if any) listed beside the records, then the commit
 record. The first commit of a run also writes the folder's claim (the job record and the
-decisions it was scored with). A window marked failed drops the open chunk and every later
-window of its shard; the other shards go on.
+decisions it was scored with). A part marked failed drops its shard's open chunks and every
+later part of that shard; the other shards go on.
 
-Chunks completed by one window (many small shards) are committed as a group when the window's
-last part arrives: each step above runs for the whole group, so the group waits for the disk a
-few times instead of six times per chunk, and every chunk still has its own file and record.
+Each chunk's parts arrive in row order, but chunks may complete in any order (a window hands
+on its complete parts early, see `batchscore.pipeline.scoring`), so every chunk not yet
+complete has its own open file: at most the few a window boundary cuts.
+
+Chunks completed by one handoff of a window (many small shards) are committed as a group:
+each step above runs for the whole group, so the group waits for the disk a few times instead
+of six times per chunk, and every chunk still has its own file and record.
 
 A chunk is complete when its windows have covered all of its input rows; with an
 `[input].where` filter it holds fewer output rows than that, and its record counts both.
@@ -45,15 +49,18 @@ FINISHERS = min(16, 2 * available_cores())
 
 
 class Staged:
-    """A complete chunk whose file is written but not yet committed."""
+    """A chunk's file: open while its parts arrive, staged once they cover all of its input
+    rows, then committed with its group."""
 
-    def __init__(self, chunk: Chunk, writer: ChunkWriter, rejected: list[pa.Table]) -> None:
-        self.chunk, self.writer, self.rejected = chunk, writer, rejected
+    def __init__(self, chunk: Chunk, writer: ChunkWriter) -> None:
+        self.chunk, self.writer = chunk, writer
+        self.read = 0  # input rows its parts covered so far
+        self.rejected: list[pa.Table] = []
         self.facts: FileFacts | None = None
 
 
 class Committer:
-    """Consumes `Scored` windows in order; one chunk is open at a time.
+    """Consumes scored parts, a window's handoff at a time (each chunk's parts in order).
 
     ``claim`` is the job record and ``decision`` what was measured for it (None: nothing),
     both written before the first commit; ``metadata`` goes into every data file's footer.
@@ -77,17 +84,18 @@ class Committer:
         self.claim, self.decision, self.metadata = claim, decision, metadata
         self.bad_by_shard, self.total_rows = todo.bad_by_shard, todo.total_rows
         self.on_commit = on_commit
-        self.writer: ChunkWriter | None = None
-        self.read = 0  # input rows of the open chunk seen so far
-        self.rejected: list[pa.Table] = []
+        self.open: dict[str, Staged] = {}  # chunk key -> its file, while parts are missing
         self.staged: list[Staged] = []  # complete chunks waiting for their group's commit
         self.failures: list[dict[str, str]] = []
         self.failed_shards: set[int] = set()
 
-    def __call__(self, item: Scored) -> None:
-        """Take a window's part; commit what is complete when the window ends (``more`` off)."""
-        self.take(item)
-        if self.staged and (not item.more or len(self.staged) >= GROUP):
+    def __call__(self, parts: list[Scored]) -> None:
+        """Take a handoff of a window's parts (one per chunk); commit what they complete."""
+        for part in parts:
+            self.take(part)
+            if len(self.staged) >= GROUP:
+                self.commit()
+        if self.staged:
             self.commit()
 
     def take(self, item: Scored) -> None:
@@ -97,22 +105,22 @@ class Committer:
         try:
             if item.error is not None:
                 raise item.error
-            if self.writer is None:
-                self.writer, self.read = self.open(chunk), 0
-            self.writer.append(conform(item.table, self.schema, chunk))
-            self.read += item.table.num_rows if item.read is None else item.read
+            file = self.open.get(chunk.key)
+            if file is None:
+                file = self.open[chunk.key] = Staged(chunk, self.writer_for(chunk))
+            file.writer.append(conform(item.table, self.schema, chunk))
+            file.read += item.table.num_rows if item.read is None else item.read
         except InputDataError as exc:
-            self.drop_open()  # the staged chunks are complete: their group still commits
+            self.drop_open(chunk.shard.index)  # the staged chunks are complete: they commit
             self.failed_shards.add(chunk.shard.index)
             self.failures.append({"shard": chunk.shard.path, "error": str(exc)})
             return
         if item.rejected is not None and item.rejected.num_rows:
-            self.rejected.append(item.rejected)
-        if self.read == chunk.rows:
-            self.staged.append(Staged(chunk, self.writer, self.rejected))
-            self.writer, self.rejected = None, []
+            file.rejected.append(item.rejected)
+        if file.read == chunk.rows:
+            self.staged.append(self.open.pop(chunk.key))
 
-    def open(self, chunk: Chunk) -> ChunkWriter:
+    def writer_for(self, chunk: Chunk) -> ChunkWriter:
         """A writer for the chunk's file, its footer naming the source shard and rows."""
         metadata = {
             **self.metadata,
@@ -187,18 +195,18 @@ class Committer:
         self.bad_by_shard[path] = self.bad_by_shard.get(path, 0) + committed["bad_rows"]
 
     def abort(self) -> None:
-        """Drop the open chunk and the staged ones, if any; nothing of them becomes visible."""
+        """Drop the open chunks and the staged ones, if any; nothing of them becomes visible."""
         self.drop_open()
         for staged in self.staged:
             staged.writer.abort()
         self.staged = []
 
-    def drop_open(self) -> None:
-        """Drop the open chunk, if any."""
-        if self.writer is not None:
-            self.writer.abort()
-            self.writer = None
-        self.rejected = []
+    def drop_open(self, shard: int | None = None) -> None:
+        """Drop the open chunks (of ``shard`` alone, if given); none of them becomes visible."""
+        for key, file in list(self.open.items()):
+            if shard is None or file.chunk.shard.index == shard:
+                file.writer.abort()
+                del self.open[key]
 
 
 def conform(table: pa.Table, schema: pa.Schema, chunk: Chunk) -> pa.Table:

@@ -192,7 +192,7 @@ def score_pending(
             on_commit=shard_events(todo, stats),
         )
         bar = Progress(sum(c.rows for c in todo.chunks), progress, busy=lambda: engine.busy_s)
-        sink: Sink[Scored] = Sink(committer, depth=2)
+        sink: Sink[list[Scored]] = Sink(committer, depth=2)  # windows
         try:
             engine.score(todo.chunks, sink, bar, stats)
         finally:

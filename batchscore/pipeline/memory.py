@@ -21,7 +21,7 @@ from batchscore.pipeline.known import Known
 from batchscore.pipeline.reader import Rows
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.shards import Shard
-from batchscore.pipeline.stages import Window, encode_window
+from batchscore.pipeline.stages import Scored, Window, encode_window
 
 MEMORY = "the data"  # how messages name the in-memory input: "the data: row 3, column 'text'"
 MEMORY_SHARD = Shard(0, MEMORY, 0, 0)
@@ -56,10 +56,12 @@ def score_table(
     scorer = Scorer(job, task, executor, stats=stats, progress=progress)
     parts = []
     for window in memory_windows(job, table, task, known):
-        (scored,) = scorer(window)  # one chunk: one part
-        if scored.error is not None:
-            raise scored.error
-        parts.append(scored.table)
+        scored: list[Scored] = []
+        scorer(window, scored.extend)
+        (one,) = scored  # one chunk: one part
+        if one.error is not None:
+            raise one.error
+        parts.append(one.table)
     if not parts:
         fields = list(task.columns)
         if job.output.on_error == "skip":

@@ -1,22 +1,22 @@
-"""Scoring in the model's thread: a window's batches through the model, surviving out-of-memory,
-and the results turned into output rows in input order (`Scorer`, one per loaded model).
+"""Scoring in the model's thread: a window's batches through the model (`static.run_window`, or
+`continuous.run_stream` for generation), the results turned into output rows in input order
+(`Scorer`, one per loaded model) and handed on to the writer, one `Scored` per part.
 
-Out of memory is not fatal: the batch is re-planned under half the padded tokens it had, the
-smaller budget holds for the rest of the shard, and a single row that cannot fit even alone
-becomes that row's error. Rows are never dropped: every row leaves with an output or an error.
+A window of many small shards holds many parts, and a part is complete once its own rows are
+scored. The scorer hands complete parts on a few times while the model runs the rest of the
+window (`Handoff`), so the writer commits them beside the model rather than after it: with
+thousands of one-row shards in a window, those commits would otherwise all wait for its end.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
+import math
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import torch
 
-from batchscore import faults
 from batchscore.errors import InputDataError
 from batchscore.job.sections import Job
 from batchscore.models.base import Task
@@ -26,129 +26,13 @@ from batchscore.output.pending import Chunk
 from batchscore.pipeline.assemble import assemble
 from batchscore.pipeline.continuous import run_stream, streams
 from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.sampler import padded_tokens, restore
+from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import Part, Scored, Window, batches, windows
+from batchscore.pipeline.static import Budget, Outcome, Ran, is_out_of_memory, run_window
 
 log = logging.getLogger("batchscore")
-NON_FINITE = "non-finite output (NaN or inf) from the model"
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or the CPU allocator giving up."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
-
-
-@dataclass
-class Budget:
-    """The token budget in force; it shrinks after an out-of-memory and resets per shard."""
-
-    configured: int
-    max_tokens: int = 0
-    shard: int = -1
-
-    def for_shard(self, shard: int) -> int:
-        if shard != self.shard:
-            self.shard, self.max_tokens = shard, self.configured
-        return self.max_tokens
-
-
-@dataclass
-class Outcome:
-    """A window's model results in unit order, and the window rows that failed in the model."""
-
-    results: Any
-    errors: dict[int, str] = field(default_factory=dict)
-    batches: list[np.ndarray] = field(default_factory=list)
-
-
-def run_window(
-    window: Window,
-    cut: list[np.ndarray],
-    *,
-    task: Task,
-    executor: Executor,
-    budget: Budget,
-    max_rows: int,
-    progress: Progress,
-) -> Outcome:
-    """Run every batch; on out-of-memory, re-plan what is left under a smaller budget.
-
-    When the window has repeats (``same_as``: unit -> the identical unit that is scored for
-    it), batches cover only the distinct units and each duplicate gets its twin's result (and
-    its twin's failure). Units whose result is known (`Window.known`) take it as it is, checked
-    like any batch's.
-    """
-    encoded, same_as = window.encoded, window.same_as
-    rows_per_unit = window.table.num_rows / max(len(window.units), 1)
-    sizes = encoded.lengths + encoded.reserve
-    queue, done, outputs = list(cut), [], []
-    failed: dict[int, str] = {}  # unit -> why it has no result
-    known = window.known
-    if known is not None and len(known):  # taken as they are, checked as any batch's are
-        done.append(known)
-        outputs.append(window.known_results)
-        failed.update(dict.fromkeys(non_finite(window.known_results, known), NON_FINITE))
-        progress.advance(rows_per_unit * len(known), int(encoded.lengths[known].sum()))
-    lost: list[int] = []  # units the model produced nothing for (a stand-in keeps their place)
-    while queue:
-        batch = queue.pop(0)
-        padded = padded_tokens(sizes, [batch])
-        try:
-            faults.hit("model-batch", tokens=padded)
-            out = executor.run(lambda batch=batch: task.forward(encoded, batch))
-        except Exception as exc:
-            if not is_out_of_memory(exc):
-                raise
-            executor.release_memory()
-            if len(batch) == 1:
-                failed[int(batch[0])] = "out of memory even as a batch of one row"
-                lost.append(int(batch[0]))
-                progress.advance(rows_per_unit, 0)
-                continue
-            # Halve this batch for sure (so the loop always ends), and re-cut what is still
-            # queued under the smaller budget, which also holds for the rest of the shard.
-            budget.max_tokens = max(1, padded // 2)
-            log.warning(
-                "out of memory on %d rows x %d tokens; budget now %d tokens",
-                len(batch), padded // len(batch), budget.max_tokens,
-            )  # fmt: skip
-            half = len(batch) // 2
-            if queue:
-                rest = np.concatenate(queue)
-                queue = batches(encoded, rest, budget.max_tokens, max_rows=max_rows, sort=True)
-            queue[:0] = [batch[:half], batch[half:]]
-            continue
-        failed.update(dict.fromkeys(non_finite(out, batch), NON_FINITE))
-        outputs.append(out)
-        done.append(batch)
-        progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
-    if same_as is not None and failed:  # a duplicate of a row that failed fails too
-        failed = {u: failed[int(t)] for u, t in enumerate(same_as) if int(t) in failed}
-    errors: dict[int, str] = {}
-    for unit, why in failed.items():
-        errors.setdefault(int(encoded.rows[encoded.owners[unit]]), why)
-    ran = done[1:] if known is not None and len(known) else list(done)
-    if lost:
-        if not outputs:  # every unit failed: there is nothing to assemble
-            return Outcome(None, errors, ran)
-        # a stand-in result keeps every unit in place; its row is nulled and reported
-        outputs.append(np.repeat(outputs[0][:1], len(lost), axis=0))
-        done.append(np.asarray(lost))
-    empty = np.empty((0,), dtype=np.float32)
-    results = restore(done, outputs, empty, size=len(encoded.lengths))
-    if same_as is not None and len(results):
-        results = results[same_as]
-    return Outcome(results, errors, ran)
-
-
-def non_finite(out: Any, batch: np.ndarray) -> list[int]:
-    """The units of ``batch`` whose numeric output holds NaN or inf (never written as a score)."""
-    if not isinstance(out, np.ndarray) or out.dtype.kind not in "fc" or not len(out):
-        return []  # generated tokens, say: nothing to be non-finite
-    finite = np.isfinite(out.reshape(len(out), -1)).all(axis=1)
-    return [int(u) for u in batch[~finite]]
+HANDOFFS = 8  # times per window the complete parts are handed on while the model runs the rest
+Hand = Callable[[list[Scored]], None]  # takes the `Scored` parts of a window, in one call
 
 
 def count(stats: RunStats, window: Window, ran: list[np.ndarray]) -> None:
@@ -184,20 +68,29 @@ class Scorer:
         self.budget = Budget(job.batching.max_tokens)
         self.skip = job.output.on_error == "skip"
 
-    def __call__(self, window: Window) -> list[Scored]:
-        """One `Scored` per part of the window, in order: each chunk's output rows, or (under
-        ``on_error = "fail"``) the error of the first row of its shard that failed."""
+    def __call__(self, window: Window, hand: Hand) -> None:
+        """Hand on one `Scored` per part of the window, each once: a chunk's output rows, or
+        (under ``on_error = "fail"``) the error of the first row of its shard that failed.
+        Parts complete early may go first (see the module's note); the rest follow in order."""
         if window.error is not None:
-            return [Scored(window.chunk, error=window.error)]
-        encoded = window.encoded
+            hand([Scored(window.chunk, error=window.error)])
+            return
         max_tokens = self.budget.for_shard(window.chunk.shard.index)
         cut = window.batches
         if max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
             sort = self.job.batching.sort and self.task.bucketing
-            cut = batches(encoded, window.pending, max_tokens, max_rows=self.max_rows, sort=sort)
-        outcome = self.run(window, cut, max_tokens)
-        if not len(encoded.lengths):
+            cut = batches(window.encoded, window.pending, max_tokens, max_rows=self.max_rows,
+                          sort=sort)  # fmt: skip
+        handoff = Handoff(self, window, hand, batches=len(cut))
+        outcome = self.run(window, cut, max_tokens, after_batch=handoff)
+        if not len(window.encoded.lengths):
             self.progress.advance(window.table.num_rows, 0)
+        count(self.stats, window, outcome.batches)
+        handoff.rest(outcome)
+
+    def output(self, window: Window, outcome: Outcome) -> tuple[pa.Table, dict[int, str]]:
+        """The window's output rows from the model's results, and the rows that failed."""
+        encoded = window.encoded
         errors = {**encoded.errors, **outcome.errors}
         columns = {} if outcome.results is None else self.task.finish(encoded, outcome.results)
         table = assemble(
@@ -209,11 +102,7 @@ class Scorer:
             errors=errors,
             with_error_column=self.skip,
         )
-        count(self.stats, window, outcome.batches)
-        scored = [self.part(window, part, table, errors) for part in window.parts]
-        for early in scored[:-1]:
-            early.more = True  # the window's chunks are ready together: one group commit
-        return scored
+        return table, errors
 
     def part(self, window: Window, part: Part, table: pa.Table, errors: dict[int, str]) -> Scored:
         """A part's rows of the window's output, or its shard's first failed row's error."""
@@ -224,7 +113,13 @@ class Scorer:
         rows = table.slice(part.start, part.stop - part.start)
         return Scored(part.chunk, rows, self.rejected(window, part, own), read=part.rows.read)
 
-    def run(self, window: Window, cut: list[np.ndarray], max_tokens: int) -> Outcome:
+    def run(
+        self,
+        window: Window,
+        cut: list[np.ndarray],
+        max_tokens: int,
+        after_batch: Callable[[Ran], None],
+    ) -> Outcome:
         """The window's units through the model: continuously batched where the task can, else
         (or after an out-of-memory there) in the static batches ``cut``."""
         if cut and streams(self.task, enabled=self.job.batching.continuous):
@@ -240,7 +135,8 @@ class Scorer:
                 self.executor.release_memory()
                 log.warning("out of memory in continuous batching; this window runs statically")
         return run_window(window, cut, task=self.task, executor=self.executor, budget=self.budget,
-                          max_rows=self.max_rows, progress=self.progress)  # fmt: skip
+                          max_rows=self.max_rows, progress=self.progress,
+                          after_batch=after_batch)  # fmt: skip
 
     @property
     def max_rows(self) -> int:
@@ -266,9 +162,52 @@ def score_chunk(job: Job, chunk: Chunk, scorer: Scorer) -> list[Scored]:
 
     The list ends at the first failed window (the shard's error), as the local stream does.
     """
-    parts = []
+    parts: list[Scored] = []
     for window in windows(job, [chunk], scorer.task):
-        parts += scorer(window)
+        scorer(window, parts.extend)
         if parts[-1].error is not None:
             break
     return parts
+
+
+class Handoff:
+    """Hands a window's parts on as they complete: a few times while the model runs (after every
+    ``batches / HANDOFFS`` batches, each part once its units are done), the rest at the end.
+
+    Each early handoff finishes and assembles the whole window from what is done so far (units
+    not yet run hold stand-ins that no part handed on contains), so it is done only a few times
+    per window, and only for windows of more than one part.
+    """
+
+    def __init__(self, scorer: Scorer, window: Window, hand: Hand, *, batches: int) -> None:
+        self.scorer, self.window, self.hand = scorer, window, hand
+        self.sent = np.zeros(len(window.parts), dtype=bool)
+        self.every = math.ceil(batches / HANDOFFS) if len(window.parts) > 1 else 0
+        self.seen = 0
+        encoded = window.encoded
+        starts = np.array([p.start for p in window.parts])
+        rows = encoded.rows[encoded.owners]  # each unit's window row
+        self.part_of = np.searchsorted(starts, rows, side="right") - 1  # ... and its part
+
+    def __call__(self, ran: Ran) -> None:
+        """After a batch: hand on the parts that are complete now, if it is time to look."""
+        self.seen += 1
+        if not self.every or self.seen % self.every or not ran.outputs:
+            return
+        waiting = np.zeros(len(self.sent), dtype=bool)
+        waiting[self.part_of[~ran.finished()]] = True
+        ready = np.flatnonzero(~waiting & ~self.sent)
+        if len(ready):
+            self.send(ran.outcome(), ready)
+
+    def rest(self, outcome: Outcome) -> None:
+        """At the window's end: every part not handed on yet, in order."""
+        self.send(outcome, np.flatnonzero(~self.sent))
+
+    def send(self, outcome: Outcome, ready: np.ndarray) -> None:
+        if not len(ready):
+            return
+        table, errors = self.scorer.output(self.window, outcome)
+        parts = self.window.parts
+        self.hand([self.scorer.part(self.window, parts[i], table, errors) for i in ready])
+        self.sent[ready] = True

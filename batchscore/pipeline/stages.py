@@ -96,7 +96,6 @@ class Scored:
     rejected: pa.Table | None = None  # shard, row, error of rows recorded with an error
     error: InputDataError | None = None
     read: int | None = None  # input rows the window covers before `where`; None: table's rows
-    more: bool = False  # more parts of the same window follow: the committer groups commits
 
 
 def input_columns(job: Job) -> tuple[str, ...]:

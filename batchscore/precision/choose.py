@@ -18,8 +18,8 @@ from batchscore.errors import QualityGateError
 from batchscore.job.sections import Job
 from batchscore.models.tasks import generates
 from batchscore.pipeline.executor import resolve_device
-from batchscore.pipeline.scoring import is_out_of_memory
 from batchscore.pipeline.stages import batches
+from batchscore.pipeline.static import is_out_of_memory
 from batchscore.precision.gate import Trial, judge, trial
 from batchscore.precision.load import trial_budget
 from batchscore.precision.table import available, precision

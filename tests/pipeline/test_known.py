@@ -22,8 +22,8 @@ from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.memory import MEMORY_SHARD
 from batchscore.pipeline.reader import Rows
-from batchscore.pipeline.scoring import Budget, run_window
 from batchscore.pipeline.stages import encode_window
+from batchscore.pipeline.static import Budget, run_window
 from tests.conftest import read_output
 from tests.reliability import make_job
 

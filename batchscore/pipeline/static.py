@@ -1,0 +1,192 @@
+"""A window's static batches through the model, surviving out-of-memory (`run_window`).
+
+Out of memory is not fatal: the batch is re-planned under half the padded tokens it had, the
+smaller budget holds for the rest of the shard, and a single row that cannot fit even alone
+becomes that row's error. Rows are never dropped: every row leaves with an output or an error.
+
+What the model has given so far is kept in a `Ran`, which can say at any point which units are
+done and put their results in unit order: the scorer uses that to hand the writer the parts of
+a window that are complete while the model runs the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from batchscore import faults
+from batchscore.models.base import Task
+from batchscore.observe.progress import Progress
+from batchscore.pipeline.executor import Executor
+from batchscore.pipeline.sampler import padded_tokens, restore
+from batchscore.pipeline.stages import Window, batches
+
+log = logging.getLogger("batchscore")
+NON_FINITE = "non-finite output (NaN or inf) from the model"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or the CPU allocator giving up."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+
+
+@dataclass
+class Budget:
+    """The token budget in force; it shrinks after an out-of-memory and resets per shard."""
+
+    configured: int
+    max_tokens: int = 0
+    shard: int = -1
+
+    def for_shard(self, shard: int) -> int:
+        if shard != self.shard:
+            self.shard, self.max_tokens = shard, self.configured
+        return self.max_tokens
+
+
+@dataclass
+class Outcome:
+    """A window's model results in unit order, and the window rows that failed in the model."""
+
+    results: Any
+    errors: dict[int, str] = field(default_factory=dict)
+    batches: list[np.ndarray] = field(default_factory=list)
+
+
+@dataclass
+class Ran:
+    """What the model has given for a window so far.
+
+    ``done`` and ``outputs`` pair each batch's units with its results (the known units first,
+    when ``known_first``); ``failed`` says why a unit has no usable result, and ``lost`` lists
+    the units the model produced nothing for.
+    """
+
+    window: Window
+    done: list[np.ndarray] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    lost: list[int] = field(default_factory=list)
+    known_first: bool = False
+
+    def finished(self) -> np.ndarray:
+        """Per unit of the window (repeats included): whether its result or failure is final."""
+        window = self.window
+        mask = np.zeros(len(window.encoded.lengths), dtype=bool)
+        for units in self.done:
+            mask[units] = True
+        mask[self.lost] = True
+        return mask if window.same_as is None else mask[window.same_as]
+
+    def outcome(self) -> Outcome:
+        """Results in unit order, each repeat given its twin's, and the rows that failed.
+
+        A unit with no result yet (lost, or not yet run) holds a stand-in, a copy of the first
+        result, so every unit keeps its place; a lost unit's row is nulled by its error, and a
+        unit not yet run belongs to a part that is not handed on before it is.
+        """
+        window = self.window
+        encoded, same_as, failed = window.encoded, window.same_as, self.failed
+        if same_as is not None and failed:  # a duplicate of a row that failed fails too
+            failed = {u: failed[int(t)] for u, t in enumerate(same_as) if int(t) in failed}
+        errors: dict[int, str] = {}
+        for unit, why in failed.items():
+            errors.setdefault(int(encoded.rows[encoded.owners[unit]]), why)
+        ran = self.done[1:] if self.known_first else list(self.done)
+        done, outputs = list(self.done), list(self.outputs)
+        scored = np.zeros(len(encoded.lengths), dtype=bool)
+        for units in done:
+            scored[units] = True
+        missing = np.flatnonzero(~scored) if same_as is None else np.setdiff1d(
+            window.units, np.flatnonzero(scored), assume_unique=True
+        )  # fmt: skip
+        if len(missing):
+            if not outputs:  # every unit failed: there is nothing to assemble
+                return Outcome(None, errors, ran)
+            outputs.append(np.repeat(outputs[0][:1], len(missing), axis=0))
+            done.append(missing)
+        empty = np.empty((0,), dtype=np.float32)
+        results = restore(done, outputs, empty, size=len(encoded.lengths))
+        if same_as is not None and len(results):
+            results = results[same_as]
+        return Outcome(results, errors, ran)
+
+
+def run_window(
+    window: Window,
+    cut: list[np.ndarray],
+    *,
+    task: Task,
+    executor: Executor,
+    budget: Budget,
+    max_rows: int,
+    progress: Progress,
+    after_batch: Callable[[Ran], None] = lambda ran: None,
+) -> Outcome:
+    """Run every batch; on out-of-memory, re-plan what is left under a smaller budget.
+
+    When the window has repeats (``same_as``: unit -> the identical unit that is scored for
+    it), batches cover only the distinct units and each duplicate gets its twin's result (and
+    its twin's failure). Units whose result is known (`Window.known`) take it as it is, checked
+    like any batch's. ``after_batch`` sees what has been given after each batch.
+    """
+    encoded = window.encoded
+    rows_per_unit = window.table.num_rows / max(len(window.units), 1)
+    sizes = encoded.lengths + encoded.reserve
+    queue, ran = list(cut), Ran(window)
+    known = window.known
+    if known is not None and len(known):  # taken as they are, checked as any batch's are
+        ran.known_first = True
+        ran.done.append(known)
+        ran.outputs.append(window.known_results)
+        ran.failed.update(dict.fromkeys(non_finite(window.known_results, known), NON_FINITE))
+        progress.advance(rows_per_unit * len(known), int(encoded.lengths[known].sum()))
+    while queue:
+        batch = queue.pop(0)
+        padded = padded_tokens(sizes, [batch])
+        try:
+            faults.hit("model-batch", tokens=padded)
+            out = executor.run(lambda batch=batch: task.forward(encoded, batch))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            executor.release_memory()
+            if len(batch) == 1:
+                ran.failed[int(batch[0])] = "out of memory even as a batch of one row"
+                ran.lost.append(int(batch[0]))
+                progress.advance(rows_per_unit, 0)
+                continue
+            # Halve this batch for sure (so the loop always ends), and re-cut what is still
+            # queued under the smaller budget, which also holds for the rest of the shard.
+            budget.max_tokens = max(1, padded // 2)
+            log.warning(
+                "out of memory on %d rows x %d tokens; budget now %d tokens",
+                len(batch), padded // len(batch), budget.max_tokens,
+            )  # fmt: skip
+            half = len(batch) // 2
+            if queue:
+                rest = np.concatenate(queue)
+                queue = batches(encoded, rest, budget.max_tokens, max_rows=max_rows, sort=True)
+            queue[:0] = [batch[:half], batch[half:]]
+            continue
+        ran.failed.update(dict.fromkeys(non_finite(out, batch), NON_FINITE))
+        ran.outputs.append(out)
+        ran.done.append(batch)
+        progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
+        after_batch(ran)
+    return ran.outcome()
+
+
+def non_finite(out: Any, batch: np.ndarray) -> list[int]:
+    """The units of ``batch`` whose numeric output holds NaN or inf (never written as a score)."""
+    if not isinstance(out, np.ndarray) or out.dtype.kind not in "fc" or not len(out):
+        return []  # generated tokens, say: nothing to be non-finite
+    finite = np.isfinite(out.reshape(len(out), -1)).all(axis=1)
+    return [int(u) for u in batch[~finite]]
