@@ -41,8 +41,8 @@ class Engine(Protocol):
     def score(
         self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats
     ) -> None:
-        """Score every chunk; each window's parts go into ``sink`` as one list, so the writer
-        takes a window in one step. Each chunk's parts arrive in row order."""
+        """Score every chunk; a window's parts go into ``sink`` as lists (one or a few handoffs
+        per window), so the writer takes many at a step. Each chunk's parts arrive in row order."""
         ...
 
     def close(self) -> None:
