@@ -17,6 +17,7 @@ from batchscore.errors import MetricsError
 from batchscore.exits import json_logs, reports_errors, stopping_on_signals
 from batchscore.job.load import load_job
 from batchscore.job.sections import Job
+from batchscore.pipeline.heap import paused
 from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
@@ -110,9 +111,10 @@ def run(
     """
     from pathlib import Path
 
-    from batchscore.observe.report import summary
-    from batchscore.pipeline.driver import run_job  # keeps `--help` free of torch imports
-    from batchscore.precision.cache import DecisionCache, user_cache_folder
+    with paused():  # keeps `--help` free of torch imports, and the imports free of collections
+        from batchscore.observe.report import summary
+        from batchscore.pipeline.driver import run_job
+        from batchscore.precision.cache import DecisionCache, user_cache_folder
 
     if progress == "auto":
         progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
@@ -173,10 +175,11 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool) -> None:
         batchscore check jobs/embed.toml --set model.precision=bf16
         batchscore check jobs/embed.toml --refresh
     """
-    from batchscore.errors import QualityGateError
-    from batchscore.models.locate import locate, model_identity
-    from batchscore.precision.cache import DecisionCache, user_cache_folder
-    from batchscore.precision.settle import check as check_quality
+    with paused():
+        from batchscore.errors import QualityGateError
+        from batchscore.models.locate import locate, model_identity
+        from batchscore.precision.cache import DecisionCache, user_cache_folder
+        from batchscore.precision.settle import check as check_quality
 
     loaded = load(job, overrides)
     path = locate(loaded.model)
@@ -266,8 +269,9 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
         batchscore plan jobs/embed.toml
         batchscore plan jobs/embed.toml --json --max-wall-s 3600 && batchscore run jobs/embed.toml
     """
-    from batchscore.pipeline.estimate import check_limits, format_plan
-    from batchscore.pipeline.estimate import plan as plan_job
+    with paused():
+        from batchscore.pipeline.estimate import check_limits, format_plan
+        from batchscore.pipeline.estimate import plan as plan_job
 
     timing = not limits.pop("no_timing")
     result = plan_job(load(job, overrides), sample_rows=limits.pop("sample_rows"), timing=timing)

@@ -175,6 +175,7 @@ def score_pending(
         with stage(f"{what}{job.model.precision})", done, event="model loaded"):
             task = engine.load(model_path, stats, len(todo.chunks), gated)
         gated = None  # the engine holds what it adopted; let the rest go
+        run.heap.more()  # the model lives as long as the run
         stats.load_s = time.perf_counter() - loaded
         run.context.update(device=engine.device, precision=engine.precision, runtime=engine.runtime)
         if engine.quantization:

@@ -16,6 +16,7 @@ from batchscore.observe.metrics import write_metrics
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.layout import report_name
+from batchscore.pipeline.heap import Frozen
 from batchscore.storage.retry import Retry
 from batchscore.version import __version__
 
@@ -39,7 +40,8 @@ class Run:
     """Used as ``with Run(job, ckpt) as run:`` around everything a run does.
 
     On the way out, however the block ends, the report is built; it is saved in the output
-    folder once the run got as far as claiming it, unless the run found nothing to do.
+    folder once the run got as far as claiming it, unless the run found nothing to do. While
+    the block runs, what the process holds is set aside from the garbage collector (`heap`).
     """
 
     def __init__(
@@ -57,8 +59,10 @@ class Run:
             "device": job.model.device,
             "precision": job.model.precision,
         }
+        self.heap = Frozen()
 
     def __enter__(self) -> Run:
+        self.heap.__enter__()
         return self
 
     def __exit__(
@@ -67,6 +71,7 @@ class Run:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
+        self.heap.__exit__(kind, error, trace)
         self.outcome = outcome_of(error)
         self.stats.wall_s = time.perf_counter() - self.start
         self.stats.retries += self.retry.count

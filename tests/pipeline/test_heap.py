@@ -1,0 +1,62 @@
+"""The heap is set aside from the garbage collector while a run goes, and handed back after."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+
+from batchscore.job.load import load_job
+from batchscore.pipeline.driver import run_job
+from batchscore.pipeline.heap import Frozen, paused
+
+
+class Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+def test_frozen_sets_the_heap_aside_and_hands_it_back():
+    assert gc.get_freeze_count() == 0
+    node = Node()
+    gone = weakref.ref(node)
+    with Frozen() as heap:
+        assert gc.get_freeze_count() > 0
+        del node  # garbage now, but frozen: collections pass it over
+        gc.collect()
+        assert gone() is not None
+        heap.more()
+    assert gc.get_freeze_count() == 0
+    gc.collect()  # handed back: collected as any garbage
+    assert gone() is None
+
+
+def test_a_process_that_froze_its_heap_keeps_its_own_arrangement():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with Frozen() as heap:
+            Node()
+            heap.more()
+            assert gc.get_freeze_count() == frozen  # nothing more frozen
+        assert gc.get_freeze_count() == frozen  # and nothing of the process's unfrozen
+    finally:
+        gc.unfreeze()
+
+
+def test_a_run_leaves_the_collector_as_it_found_it(embed_job: Path):
+    run_job(load_job(embed_job))
+    assert gc.get_freeze_count() == 0
+
+
+def test_paused_stops_collections_and_restores_the_collector():
+    with paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused():
+            pass
+        assert not gc.isenabled()  # a collector the process had turned off stays off
+    finally:
+        gc.enable()
