@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -37,7 +36,7 @@ from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Chunk, Pending
 from batchscore.output.verdict import bad_share_error
 from batchscore.pipeline.stages import Scored
-from batchscore.pipeline.threads import available_cores
+from batchscore.pipeline.threads import available_cores, in_shares
 from batchscore.pipeline.writer import ChunkWriter
 
 GROUP = 128  # chunks committed together at most: bounds what one crash leaves to sweep
@@ -179,11 +178,7 @@ class Committer:
         def one(staged: Staged) -> None:
             staged.facts = staged.writer.finish(staged.writer.rows)
 
-        if len(group) == 1:
-            one(group[0])
-            return
-        with ThreadPoolExecutor(max_workers=FINISHERS) as pool:
-            list(pool.map(one, group))
+        in_shares(one, group, FINISHERS)
 
     def committed(self, chunk: Chunk, committed: dict[str, Any]) -> None:
         """Count a chunk whose record is written, and tell ``on_commit``."""

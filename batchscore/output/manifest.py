@@ -62,12 +62,13 @@ def facts_of(path: Path) -> FileFacts:
     return facts_from(size, footer, whole)
 
 
-def facts_of_bytes(data: pa.Buffer) -> FileFacts:
-    """The facts of a file from the bytes written to it (a small chunk encoded in memory)."""
+def facts_of_bytes(data: pa.Buffer, rows: int) -> FileFacts:
+    """The facts of a file from the bytes written to it (a small chunk encoded in memory) and
+    the row count its writer put in the footer."""
     view = memoryview(data)
     length = footer_of(bytes(view[-8:]))
     footer = bytes(view[max(len(view) - length - 8, 0) :])
-    return facts_from(len(view), footer, hashlib.sha256(view).hexdigest())
+    return FileFacts(len(view), rows, digest(footer), hashlib.sha256(view).hexdigest())
 
 
 def facts_from(size: int, footer: bytes, whole: str) -> FileFacts:

@@ -55,11 +55,12 @@ class ChunkWriter:
             raise write_error(self.tmp, exc) from exc
         self.rows += table.num_rows
 
-    def complete(self) -> pa.Buffer | None:
+    def complete(self) -> tuple[pa.Buffer, int] | None:
         """Finish the file's contents. A chunk still held in memory is encoded there and its
-        bytes returned, for `Store.stage` to write in one call and for its facts (no re-read:
-        on many one-row chunks, path lookups and re-reads cost more than the rows); a
-        streamed chunk's file is written to the end and closed, and None returned."""
+        bytes returned with the row count its footer holds, for `Store.stage` to write in one
+        call and for its facts (no re-read, no re-parse of the footer: on many one-row chunks
+        those cost more than the rows); a streamed chunk's file is written to the end and
+        closed, and None returned."""
         if self.writer is not None:
             self.spill()
             self.writer.close()
@@ -69,7 +70,7 @@ class ChunkWriter:
             for table in self.held:
                 writer.write_table(table)
         self.held = []
-        return sink.getvalue()
+        return sink.getvalue(), writer.writer.metadata.num_rows  # the footer just written
 
     def spill(self) -> None:
         """Write the held windows to the staged file, creating it first if need be."""
@@ -82,15 +83,15 @@ class ChunkWriter:
     def finish(self, expected_rows: int) -> FileFacts:
         """Close, make durable and verify the staged file; return its facts (not yet visible)."""
         try:
-            data = self.complete()
-            if data is None:  # streamed: its file is written, now made durable
+            held = self.complete()
+            if held is None:  # streamed: its file is written, now made durable
                 faults.hit("after-temp-write")
                 self.store.sync(self.tmp)
             else:  # held: written and made durable through one open
-                self.store.stage(self.tmp, data)
+                self.store.stage(self.tmp, held[0])
                 faults.hit("after-temp-write")
             faults.hit("after-fsync")
-            facts = facts_of(self.tmp) if data is None else facts_of_bytes(data)
+            facts = facts_of(self.tmp) if held is None else facts_of_bytes(*held)
         except OSError as exc:
             self.abort()
             raise write_error(self.tmp, exc) from exc

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from batchscore.errors import JobError, WriteError, write_error
 from batchscore.output.layout import LOCK, STAGING
+from batchscore.pipeline.threads import available_cores, in_shares
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SYNCERS = 16  # fsyncs in flight at once: a journal commits concurrent ones together
+# Files written and fsynced at once, two per core, each thread working through its share: the
+# fsyncs overlap, and a journal commits concurrent ones together. More threads only contend for
+# the GIL (2,000 one-row chunks on 2 cores: 16 used 0.2 s more CPU than 4, and no less time).
+SYNCERS = min(16, 2 * available_cores())
 
 
 def fsync_file(path: Path) -> None:
@@ -91,8 +94,7 @@ def write_many(files: dict[Path, Any]) -> None:
         write_durably(temps[path], as_json(files[path]).encode())
 
     try:
-        with ThreadPoolExecutor(max_workers=min(SYNCERS, len(files))) as pool:
-            list(pool.map(stage, files))
+        in_shares(stage, list(files), SYNCERS)
         for path, tmp in temps.items():
             os.replace(tmp, path)
         for folder in {path.parent for path in files}:
