@@ -31,11 +31,13 @@ class Engine(Protocol):
     busy_s: float  # model time, summed over every model replica
 
     def load(
-        self, model_path: Path, stats: RunStats, chunks: int, loaded: Trial | None = None
+        self, model_path: Path, stats: RunStats, chunks: list[Chunk], loaded: Trial | None = None
     ) -> Any:
-        """Load the model (once per replica, for ``chunks`` pending chunks at most); return the
-        task, or anything with its `columns`. ``loaded``: the model the quality gate already
-        loaded at the job's precision, for an engine that runs in this process to adopt."""
+        """Load the model (once per replica, as many as ``chunks``, the pending ones, can keep
+        busy); return the task, or anything with its `columns`. An engine may start reading
+        ``chunks`` meanwhile; `score` gets the same list. ``loaded``: the model the quality
+        gate already loaded at the job's precision, for an engine that runs in this process to
+        adopt."""
         ...
 
     def score(

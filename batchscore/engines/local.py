@@ -1,19 +1,25 @@
-"""The local engine: one model in this process, fed by the reader thread."""
+"""The local engine: one model in this process, fed by the reader thread.
+
+The reader starts when the model starts loading: a job over thousands of small shards has its
+first window read and tokenized by the time the weights are in (the quality gate's model, when
+the run adopts it, is ready at once).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from batchscore.job.sections import Job
 from batchscore.models.base import Task
+from batchscore.models.tasks import encoding
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.known import Known
 from batchscore.pipeline.scoring import Scorer
-from batchscore.pipeline.stages import Scored, windows
-from batchscore.pipeline.threads import Sink, prefetch
+from batchscore.pipeline.stages import Scored, Window, windows
+from batchscore.pipeline.threads import Prefetch, Sink
 from batchscore.precision.gate import Trial
 from batchscore.precision.load import load_at
 
@@ -28,30 +34,48 @@ class LocalEngine:
         self.task: Task | None = None
         self.quantization = ""
         self.runtime = "torch"
-        self.known: Known | None = None  # the adopted gate model's results for the first rows
+        self.reading: Prefetch[Window] | None = None  # windows, read from `load` on
 
     @property
     def busy_s(self) -> float:
         return self.executor.busy_s
 
     def load(
-        self, model_path: Path, stats: RunStats, chunks: int = 1, loaded: Trial | None = None
+        self,
+        model_path: Path,
+        stats: RunStats,
+        chunks: list[Chunk],
+        loaded: Trial | None = None,
     ) -> Task:
         if loaded is not None and loaded.task is not None:  # the gate's model, already prepared
-            self.executor, self.task, self.known = loaded.executor, loaded.task, loaded.known
+            self.executor, self.task, known = loaded.executor, loaded.task, loaded.known
             self.executor.busy_s = 0.0  # the run's model time starts now
-        else:
+            self.reading = Prefetch(windows(self.job, chunks, self.task, known), depth=2)
+        else:  # the first windows are read while the model loads
+            self.reading = Prefetch(self.read(model_path, chunks), depth=2)
             self.task = load_at(self.job, model_path, self.executor)
         self.quantization, self.runtime = self.executor.quantization, self.executor.runtime
         return self.task
+
+    def read(self, model_path: Path, chunks: list[Chunk]) -> Iterator[Window]:
+        """Every chunk's windows, encoded by the task's own encoding (its tokenizer, built
+        here: no weights needed), so reading need not wait for the model."""
+        job = self.job
+        yield from windows(job, chunks, encoding(model_path, model=job.model, options=job.task,
+                                                 inp=job.input))  # fmt: skip
 
     def score(
         self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats
     ) -> None:
         scorer = Scorer(self.job, self.task, self.executor, stats=stats, progress=bar)
-        known, self.known = self.known, None  # for this pass over the chunks alone
-        for window in prefetch(windows(self.job, chunks, self.task, known), depth=2):
+        reading, self.reading = self.reading, None  # read from `load` on, for these chunks
+        if reading is None:
+            reading = Prefetch(windows(self.job, chunks, self.task), depth=2)
+        for window in reading:
             scorer(window, sink.put)  # the parts (one per chunk) it completes, a few at a time
 
     def close(self) -> None:
-        """Nothing to release: the model goes with this process."""
+        """Stop reading, if the run ended before it did; the model goes with this process."""
+        if self.reading is not None:
+            self.reading.close()
+            self.reading = None

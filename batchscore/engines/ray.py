@@ -187,12 +187,13 @@ class RayEngine:
         self.started_ray = True
 
     def load(
-        self, model_path: Path, stats: RunStats, chunks: int = 1, loaded: Trial | None = None
+        self, model_path: Path, stats: RunStats, chunks: list[Chunk], loaded: Trial | None = None
     ) -> Columns:
-        """Start the model actors; each loads its own model (``loaded`` stays in the driver)."""
+        """Start the model actors, no more than ``chunks`` keep busy; each loads its own model
+        (``loaded`` stays in the driver)."""
         self.connect()
         ray = self.ray
-        placement = place(self.cfg, self.job.model.device, ray.cluster_resources(), chunks)
+        placement = place(self.cfg, self.job.model.device, ray.cluster_resources(), len(chunks))
         self.model_path = model_path
         self.actor_class = ray.remote(
             num_cpus=placement.num_cpus,

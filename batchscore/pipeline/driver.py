@@ -173,7 +173,7 @@ def score_pending(
         what = f"loading the model {job.model.name or job.model.path} ({engine.device}, "
         done = "model loaded" if gated is None else "model ready (the quality gate loaded it)"
         with stage(f"{what}{job.model.precision})", done, event="model loaded"):
-            task = engine.load(model_path, stats, len(todo.chunks), gated)
+            task = engine.load(model_path, stats, todo.chunks, gated)
         gated = None  # the engine holds what it adopted; let the rest go
         run.heap.more()  # the model lives as long as the run
         stats.load_s = time.perf_counter() - loaded

@@ -62,30 +62,42 @@ def _put(q: queue.Queue, item: object, stop: threading.Event) -> bool:
     return False
 
 
-def prefetch(items: Iterable[T], depth: int) -> Iterator[T]:
-    """Iterate ``items`` in a background thread, at most ``depth`` items ahead of the consumer."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+class Prefetch(Generic[T]):
+    """Iterate ``items`` in a background thread, at most ``depth`` items ahead of the consumer,
+    from construction on: the reader starts while the model is still loading. `close` stops
+    the thread (iterating to the end, or leaving the loop early, closes it too); a failure of
+    ``items`` is raised to the consumer at its place in the order."""
 
-    def produce() -> None:
+    def __init__(self, items: Iterable[T], depth: int) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=self._produce, args=(items,), name="batchscore-reader", daemon=True
+        )
+        self.thread.start()
+
+    def _produce(self, items: Iterable[T]) -> None:
         try:
             for item in items:
-                if not _put(q, item, stop):
+                if not _put(self.q, item, self.stop):
                     return
-            _put(q, _END, stop)
+            _put(self.q, _END, self.stop)
         except BaseException as exc:  # handed to the consumer, which re-raises it
-            _put(q, _Failed(exc), stop)
+            _put(self.q, _Failed(exc), self.stop)
 
-    thread = threading.Thread(target=produce, name="batchscore-reader", daemon=True)
-    thread.start()
-    try:
-        while (item := q.get()) is not _END:
-            if isinstance(item, _Failed):
-                raise item.error
-            yield item
-    finally:
-        stop.set()
-        thread.join()
+    def __iter__(self) -> Iterator[T]:
+        try:
+            while (item := self.q.get()) is not _END:
+                if isinstance(item, _Failed):
+                    raise item.error
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the thread and wait for it (it finishes the item in hand first)."""
+        self.stop.set()
+        self.thread.join()
 
 
 class Sink(Generic[T]):
