@@ -136,17 +136,7 @@ def from_cache(
     when = f"cached on this machine ({cached.get('measured_at', 'earlier')})"
     sooner = ""
     if auto and name not in (None, "fp32") and rows is not None:
-        converts = convertible(name, compiled=job.model.compile or fp32_on_openvino(job))
-        adopts = job.engine == "local"  # the gate's model, and its results for the sample
-        fp32_s, other_s, gate_s = expected_s(
-            cached, name, rows, table.num_rows, converts=converts, adopts=adopts
-        )
-        if fp32_s is not None:
-            first = "fp32" if fp32_s <= other_s else name
-            sooner = (f"for {rows:,} rows, {first} is expected to finish first: fp32 in "
-                      f"{fp32_s:.1f} s, {name} in {other_s:.1f} s ({gate_s:.1f} s of it its "
-                      f"quality gate); ")  # fmt: skip
-            name = first
+        name, sooner = soonest(job, cached, name, rows, table.num_rows)
     budgets = cached.get("budgets", {})
     budget = budgets.get(name)
     if budget is None and sooner:  # fp32 chosen by expectation: the budget timed for the other
@@ -180,6 +170,34 @@ def from_cache(
         decision["batching"] = {**budget, "why": f"{when}: {budget['why']}"}
     log.info("precision %s: %s", name, verdict["why"])
     return concrete(job, decision), decision, chosen
+
+
+def soonest(
+    job: Job, cached: dict[str, Any], fastest: str, rows: int, sample: int
+) -> tuple[str, str]:
+    """Of fp32 and every precision that passed when this machine measured them, the one a
+    run of ``rows`` rows is expected to finish first with (`expected_s`), and why; ``fastest``
+    (the cache's choice) and no reason when the cache lacks the speeds. A faster precision
+    whose gate costs more (int8's calibration) pays for itself only on a larger job."""
+    adopts = job.engine == "local"  # the gate's model, and its results for the sample
+    expected: dict[str, tuple[float, float]] = {}
+    for name in cached.get("speeds", {}):
+        if name == "fp32":
+            continue
+        converts = convertible(name, compiled=job.model.compile or fp32_on_openvino(job))
+        fp32_s, other_s, gate_s = expected_s(
+            cached, name, rows, sample, converts=converts, adopts=adopts
+        )
+        if fp32_s is not None:
+            expected.update({"fp32": (fp32_s, 0.0), name: (other_s, gate_s)})
+    if not expected:
+        return fastest, ""
+    first = min(expected, key=lambda name: expected[name][0])  # fp32 first: it wins a tie
+    times = ", ".join(
+        f"{name} in {total:.1f} s" + (f" ({gate:.1f} s of it its quality gate)" if gate else "")
+        for name, (total, gate) in expected.items()
+    )
+    return first, f"for {rows:,} rows, {first} is expected to finish first: {times}; "
 
 
 def expected_s(

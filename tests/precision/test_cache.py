@@ -17,7 +17,7 @@ from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.cache import FILE, DecisionCache, user_cache_folder
 from batchscore.precision.int8_linear import int8_available
-from batchscore.precision.settle import expected_s, from_cache
+from batchscore.precision.settle import expected_s, from_cache, soonest
 from tests.reliability import make_job
 
 AUTO = ["model.precision=auto", "batching.max_tokens=auto", "quality.sample_rows=24"]
@@ -84,6 +84,21 @@ def test_expected_time_weighs_the_gate_against_the_rows():
     adopted = expected_s(entry, "int8", 100, 24, adopts=True)  # the sample is not scored again
     assert adopted == pytest.approx((2.0, 4.4 + 76 / 150, 4.4))
     assert expected_s({"speeds": {"fp32": SPEEDS["fp32"]}}, "int8", 100, 24)[0] is None
+
+
+def test_auto_weighs_every_precision_that_passed_for_the_jobs_rows(job: Path):
+    """bf16's gate is cheap and int8's calibration is not: a mid-sized job finishes first in
+    bf16 though int8 runs faster per row; only a large one pays int8's gate back."""
+    speeds = {**SPEEDS, "bf16": {"rows_per_s": 140.0, "load_s": 1.2, "cold_s": 0.17},
+              "int8": {"rows_per_s": 170.0, "load_s": 4.0, "cold_s": 0.14}}  # fmt: skip
+    entry = {"precision": "int8", "speeds": speeds, "sample_rows": 24}
+    settings = load_job(job, AUTO)
+    picks = {rows: soonest(settings, entry, "int8", rows, 24) for rows in (100, 1000, 100_000)}
+    assert [name for name, _ in picks.values()] == ["fp32", "bf16", "int8"]
+    why = picks[1000][1]
+    assert why.startswith("for 1,000 rows, bf16 is expected to finish first: fp32 in 11.0 s, ")
+    assert "bf16 in 9.6 s (2.6 s of it its quality gate)" in why
+    assert soonest(settings, {"precision": "int8"}, "int8", 100, 24) == ("int8", "")  # no speeds
 
 
 @pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 CPU kernels")
