@@ -1,12 +1,13 @@
 """The native MiniLM encoder on OpenVINO (`batchscore.models.bert_openvino`) against eager torch.
 
 One process, the same weights, the same batches: the bench corpus's texts cut by batchscore's own
-sampler under a token budget, as a job cuts them. Each precision OpenVINO takes (fp32, and bf16
-where the CPU has bf16 units) on both runtimes: torch as a job runs it (fp32 with packed Linear
-weights, `batchscore.pipeline.packing`; bf16 cast), OpenVINO as `[model].runtime = "auto"`
-builds it. Interleaved rounds, each model's first round (new shapes) reported apart from the
-median of the rest; padded tokens per second, the largest difference of the hidden states from
-torch's at the same precision, and the worst cosine of the mean-pooled embeddings against fp32.
+sampler under a token budget, as a job cuts them. Each precision OpenVINO takes (fp32, bf16
+where the CPU has bf16 units, int8 where it has int8 kernels) on both runtimes: torch as a job
+runs it (fp32 with packed Linear weights, `batchscore.pipeline.packing`; bf16 cast; int8
+calibrated on other corpus texts), OpenVINO as `[model].runtime = "auto"` builds it.
+Interleaved rounds, each model's first round (new shapes) reported apart from the median of
+the rest; padded tokens per second, the largest difference of the hidden states from torch's
+at the same precision, and the worst cosine of the mean-pooled embeddings against fp32.
 
     python scripts/runtime_study.py
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from batchscore.errors import ModelError
 from batchscore.job.sections import ModelConfig
 from batchscore.models.bert import load_bert, read_shape
 from batchscore.models.bert_openvino import openvino_bert
@@ -31,10 +33,12 @@ from batchscore.models.text import TextEncoder
 from batchscore.pipeline.packing import pack_linears
 from batchscore.pipeline.runtimes import ON_OPENVINO
 from batchscore.pipeline.sampler import form_batches
+from batchscore.precision.int8 import quantize_int8
 from batchscore.precision.table import available, precision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench
+import sample_corpus
 
 
 def main() -> None:
@@ -57,8 +61,14 @@ def main() -> None:
     for name in precisions:
         eager = load_bert(path, read_shape(path)).eval().requires_grad_(False)
         eager = eager.to(precision(name).dtype)
+        if precision(name).calibrated:
+            calibrate(eager, text, args.rows)
         start = time.perf_counter()
-        models[name, "openvino"] = openvino_bert(eager, bench.THREADS)
+        try:
+            models[name, "openvino"] = openvino_bert(eager, bench.THREADS)
+        except ModelError as exc:  # int8 without VNNI: a job keeps it on torch
+            print(f"OpenVINO {name}: refused ({exc})")
+            continue
         print(f"OpenVINO {name}: build, compile and probe {time.perf_counter() - start:.2f} s")
         if name == "fp32":
             pack_linears(eager)
@@ -80,7 +90,7 @@ def main() -> None:
         print(f"  {name} {runtime:<9} first round {padded / t[0]:8,.0f} padded tokens/s; then "
               f"{steady[name, runtime]:8,.0f} (median of {len(t) - 1}); min cosine vs fp32 "
               f"{cosine:.5f}")  # fmt: skip
-    for name in precisions:
+    for name in [p for p in precisions if (p, "openvino") in models]:
         gap = max(
             float((a.float() - b.float())[mask.bool()].abs().max())
             for a, b, (_, mask) in zip(
@@ -94,6 +104,24 @@ def main() -> None:
         best = max(steady, key=steady.__getitem__)
         print(f"fastest: {' on '.join(best)}, {steady[best] / steady['fp32', 'torch']:.2f}x "
               f"torch fp32")  # fmt: skip
+
+
+def calibrate(eager: torch.nn.Module, text: TextEncoder, rows: int) -> None:
+    """int8 as a job calibrates it (`batchscore.precision.int8`, target min cosine 0.99), on
+    128 corpus texts the timed ones are not: those halfway between them."""
+    corpus = sample_corpus.corpus().column("text").to_pylist()
+    step = max(1, len(corpus) // rows)
+    ids, _ = text.encode(corpus[step // 2 :: step][:128])
+    batches = [tuple(map(torch.from_numpy, text.collate(ids[i : i + 16])))
+               for i in range(0, len(ids), 16)]  # fmt: skip
+
+    def forward(module: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return pool(module(*batch).last_hidden_state.float(), batch[1], ("mean",), 0)
+
+    start = time.perf_counter()
+    with torch.inference_mode():
+        _, report = quantize_int8(eager, batches, forward, min_cosine=0.99)
+    print(f"int8 calibration ({time.perf_counter() - start:.1f} s): {report.summary()}")
 
 
 def worst_cosine(

@@ -56,10 +56,11 @@ class ModelConfig:
     # swaps layers after load) and TorchScript / torch.export files stay eager. Off by default:
     # BENCHMARKS.md ("torch.compile") has what it costs and gains.
     compile: bool = False
-    # Where an fp32 or bf16 model runs on the CPU: "openvino" compiles the native BERT encoder
-    # for OpenVINO's runtime (`batchscore.models.bert_openvino`, 1.15-1.3x eager per token; its
-    # outputs equal torch's to float noise, so it is not in the fingerprint either); "torch"
-    # keeps every model in eager PyTorch; "auto" is OpenVINO wherever it can run that model.
+    # Where an fp32, bf16 or int8 model runs on the CPU: "openvino" compiles the native BERT
+    # encoder for OpenVINO's runtime (`batchscore.models.bert_openvino`, 1.15-1.3x eager per
+    # token; its outputs equal torch's to float noise, int8's within the gate's promise as on
+    # any other CPU, so it is not in the fingerprint either); "torch" keeps every model in
+    # eager PyTorch; "auto" is OpenVINO wherever it can run that model.
     runtime: Literal["auto", "torch", "openvino"] = "auto"
 
 

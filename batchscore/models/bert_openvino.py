@@ -10,8 +10,14 @@ converted by OpenVINO's model converter: building it is a few milliseconds, need
 no files, and the converter reports usage over the network unless told not to. Precision is
 the encoder's own: a float32 encoder runs pinned to f32 (OpenVINO would pick bf16 on a CPU with
 bf16 units), a bfloat16 one runs OpenVINO's bf16 kernels, which on a CPU with AVX-512 BF16 run
-about 1.15x torch's bf16 per token (BENCHMARKS.md, "bf16 on OpenVINO"). Every build is checked
-against the torch encoder on a probe batch before it scores a row (`openvino_bert`).
+about 1.15x torch's bf16 per token (BENCHMARKS.md, "bf16 on OpenVINO"). An int8-calibrated
+encoder (`batchscore.precision.int8`: some Linear layers swapped for `Int8Linear`) keeps those
+layers' int8 weights and per-channel scales as OpenVINO's compressed weights, and OpenVINO
+quantizes their inputs at run time per group of input channels (`DYNAMIC_QUANTIZATION_GROUP_SIZE`)
+to multiply in int8 on the CPU's VNNI units: finer than torch's one scale per row, and about
+1.3x OpenVINO's own bf16 per token on an EPYC with AVX-512 VNNI (BENCHMARKS.md, "int8 on
+OpenVINO"). Every build is checked against the torch encoder on a probe batch before it scores
+a row (`openvino_bert`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from torch import nn
 
 from batchscore.errors import ModelError
 from batchscore.models.bert import BertEncoder, BertShape, EncoderOutput
+from batchscore.precision.int8_linear import Int8Linear, weight_levels
 
 log = logging.getLogger("batchscore")
 # config.json's hidden_act -> OpenVINO's Gelu mode, or the opset function for the others
@@ -34,7 +41,13 @@ GELU_MODES = {"gelu": "erf", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
 # operators round differently (about 1e-6 in float32, 7e-3 in bfloat16, where torch rounds
 # too); a wrong graph differs by the size of the states themselves.
 PROBE_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 0.05}
+INT8_TOLERANCE = 0.05  # int8 against torch's int8: each rounds its activations its own way
 HINTS = {torch.float32: "f32", torch.bfloat16: "bf16"}  # OpenVINO's name for each
+# Input channels per dynamically quantized group of an int8 layer, the first that divides every
+# such layer's inputs. Measured on MiniLM (1,000 bench texts, OpenVINO 2026.4, AVX-512 VNNI):
+# groups of 128-384 ran 1.2-1.3x bf16 at min cosine 0.995-0.998 against fp32; groups of 32
+# barely beat bf16; a group that does not divide a layer's inputs leaves it decompressed to f32.
+GROUPS = (128, 64, 32)
 
 
 def build_graph(encoder: BertEncoder) -> Any:
@@ -58,8 +71,17 @@ def build_graph(encoder: BertEncoder) -> Any:
         scaled = ops.mvn(x, ints(-1), True, layer.eps, "inside_sqrt")  # as torch: var + eps
         return ops.add(ops.multiply(scaled, weights(layer.weight)), weights(layer.bias))
 
-    def linear(x: Any, layer: nn.Linear) -> Any:
-        return ops.add(ops.matmul(x, weights(layer.weight), False, True), weights(layer.bias))
+    def linear(x: Any, layer: nn.Linear | Int8Linear) -> Any:
+        if not isinstance(layer, Int8Linear):
+            return ops.add(ops.matmul(x, weights(layer.weight), False, True), weights(layer.bias))
+        # int8 weights, then a multiply by their per-channel scales: the pattern OpenVINO's CPU
+        # plugin keeps compressed and multiplies in int8 against its quantized inputs.
+        if layer.inv_smooth is not None:  # SmoothQuant's x / s (W * s is in the weights)
+            x = ops.multiply(x, weights(layer.inv_smooth))
+        int8 = ops.convert(ops.constant(layer.w_int8.numpy(), dtype=ov.Type.i8), ov.Type.f32)
+        scaled = ops.multiply(int8, weights(layer.w_scale[:, None]))
+        out = ops.matmul(x, scaled, False, True)
+        return out if layer.bias is None else ops.add(out, weights(layer.bias))
 
     def activation(x: Any) -> Any:
         act = shape.hidden_act
@@ -136,15 +158,32 @@ class OpenVinoBert(nn.Module):
         return EncoderOutput(hidden.to(self.dtype))
 
 
+def int8_group(encoder: BertEncoder) -> int | None:
+    """Input channels per dynamically quantized group for ``encoder``'s int8 layers (`GROUPS`);
+    None when it has none. A `ModelError` where int8 would not pay here: without VNNI (or AMX),
+    or when no group size divides every int8 layer's inputs."""
+    inputs = {m.in_features for m in encoder.modules() if isinstance(m, Int8Linear)}
+    if not inputs:
+        return None
+    if weight_levels() < 127:  # `weight_levels` tells whether the CPU multiplies bytes in VNNI
+        raise ModelError("OpenVINO's int8 needs VNNI or AMX int8 units, and this CPU has neither")
+    for group in GROUPS:
+        if all(n % group == 0 for n in inputs):
+            return group
+    raise ModelError(f"no int8 group of {GROUPS} divides the int8 layers' inputs {sorted(inputs)}")
+
+
 def openvino_bert(encoder: BertEncoder, threads: int) -> OpenVinoBert:
-    """``encoder`` (float32 or bfloat16, CPU) compiled for OpenVINO's CPU runtime at its own
-    precision with ``threads`` threads, checked against ``encoder`` itself on a probe batch (one
-    row padded); a graph that disagrees is a `ModelError`, never a silently different number."""
+    """``encoder`` (float32 or bfloat16, CPU; float32 with int8 layers after int8 calibration)
+    compiled for OpenVINO's CPU runtime at its own precision with ``threads`` threads, checked
+    against ``encoder`` itself on a probe batch (one row padded); a graph that disagrees is a
+    `ModelError`, never a silently different number."""
     import openvino as ov
 
     dtype = encoder.words.weight.dtype
     if dtype not in HINTS:
         raise ModelError(f"OpenVINO runs float32 and bfloat16 encoders here, not {dtype}")
+    group = int8_group(encoder)
     core = ov.Core()
     units = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     if dtype == torch.bfloat16 and "BF16" not in units:  # else emulated (slow) or quietly f32
@@ -155,6 +194,8 @@ def openvino_bert(encoder: BertEncoder, threads: int) -> OpenVinoBert:
         "PERFORMANCE_HINT": "LATENCY",  # one stream: the batch loop calls one batch at a time
         "ENABLE_CPU_PINNING": False,  # the reader and writer threads share these cores
     }
+    if group is not None:
+        config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = str(group)  # its binding takes a string
     ids = torch.arange(16, dtype=torch.int64).reshape(2, 8) % encoder.config.vocab_size
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0
@@ -170,11 +211,13 @@ def openvino_bert(encoder: BertEncoder, threads: int) -> OpenVinoBert:
     real = mask.bool()
     want, got = want[real].float(), got[real].float()
     gap = float((want - got).abs().max() / want.abs().max())
-    if not gap <= PROBE_TOLERANCE[dtype]:  # also catches NaN
+    tolerance = PROBE_TOLERANCE[dtype] if group is None else INT8_TOLERANCE
+    if not gap <= tolerance:  # also catches NaN
         raise ModelError(
             f"the OpenVINO build of this encoder disagrees with torch's on a probe batch by "
-            f"{gap:.3g} of its largest hidden state (tolerance {PROBE_TOLERANCE[dtype]}); "
+            f"{gap:.3g} of its largest hidden state (tolerance {tolerance}); "
             'set [model].runtime = "torch"'
         )
-    log.debug("openvino: encoder compiled, %s, %d threads; probe gap %.2g", dtype, threads, gap)
+    kind = f"{dtype}, int8 in groups of {group}" if group else str(dtype)
+    log.debug("openvino: encoder compiled, %s, %d threads; probe gap %.2g", kind, threads, gap)
     return module

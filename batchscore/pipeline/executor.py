@@ -106,12 +106,19 @@ class Executor:
         oneDNN (`batchscore.pipeline.packing`). `prepared` keeps the module before inductor."""
         module = module.to(device=self.device, dtype=self.dtype).eval()
         module.requires_grad_(False)
-        if self.openvino:
-            module = self.to_openvino(module)
+        if self.openvino and not precision(self.precision).calibrated:
+            module = self.to_openvino(module)  # int8's goes once calibrated (`calibrated`)
         if self.device.type == "cpu" and self.dtype == torch.float32 and not self.compile:
             pack_linears(module)  # the layers left in torch (a stack's Dense head, say)
         self.prepared.append(module)
         return inductor(module) if self.compile else module
+
+    def calibrated(self, module: torch.nn.Module) -> None:
+        """``module``, a prepared model whose Linear layers int8 calibration has just chosen,
+        goes to OpenVINO where the runtime says: each native BERT encoder in it is replaced in
+        place by its OpenVINO build, the int8 layers' weights kept in int8."""
+        if self.openvino:
+            self.to_openvino(module)  # a bare encoder as the model is no task's: none to replace
 
     def to_openvino(self, module: torch.nn.Module) -> torch.nn.Module:
         """``module`` with each native BERT encoder in it compiled for OpenVINO. A model with
@@ -123,7 +130,9 @@ class Executor:
             except ModelError as exc:
                 if self.asked_runtime == "openvino":
                     raise ModelError(f'[model].runtime = "openvino": {exc}') from exc
-                log.warning("runtime auto: the encoder stays on torch: %s", exc)
+                # int8 without VNNI is this CPU's lot, not a fault; an fp32 build failing is
+                level = logging.INFO if precision(self.precision).calibrated else logging.WARNING
+                log.log(level, "runtime auto: the encoder stays on torch: %s", exc)
                 return encoder
             self.runtime = "openvino"
             return built

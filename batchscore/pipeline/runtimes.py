@@ -2,11 +2,11 @@
 
 `[model].runtime` is "torch" (eager PyTorch for every model), "openvino" (the native BERT
 encoder compiled for OpenVINO's CPU runtime, `batchscore.models.bert_openvino`) or "auto", which
-is OpenVINO wherever it can run the model and PyTorch elsewhere. OpenVINO takes fp32 and bf16
-loads on the CPU only: fp16 stays a torch cast (OpenVINO's CPU fp16 needs AMX-FP16), int8 swaps
-torch Linear layers after load, and `[model].compile` hands the graph to inductor instead. This
-module imports neither torch nor OpenVINO, so `batchscore validate` checks the key without
-paying for either.
+is OpenVINO wherever it can run the model and PyTorch elsewhere. OpenVINO takes fp32, bf16 and
+int8 loads on the CPU only (int8's once its calibration has chosen the int8 layers on torch):
+fp16 stays a torch cast (OpenVINO's CPU fp16 needs AMX-FP16), and `[model].compile` hands the
+graph to inductor instead. This module imports neither torch nor OpenVINO, so `batchscore
+validate` checks the key without paying for either.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import platform
 
 from batchscore.job.sections import ModelConfig
 
-ON_OPENVINO = ("fp32", "bf16")  # the precisions whose loads OpenVINO takes
+ON_OPENVINO = ("fp32", "bf16", "int8")  # the precisions whose loads OpenVINO takes
 
 
 def openvino_missing() -> str | None:
@@ -34,8 +34,8 @@ def runtime_problem(model: ModelConfig) -> str | None:
         return None
     if model.precision not in (*ON_OPENVINO, "auto"):
         return (
-            f'"openvino" runs fp32 and bf16 models; precision "{model.precision}" runs on '
-            'torch. Use precision = "fp32", "bf16" or "auto", or runtime = "auto"'
+            f'"openvino" runs fp32, bf16 and int8 models; precision "{model.precision}" runs '
+            'on torch. Use precision = "fp32", "bf16", "int8" or "auto", or runtime = "auto"'
         )
     if model.device.startswith("cuda"):
         return f'"openvino" runs on the CPU; [model].device is "{model.device}"'

@@ -104,8 +104,10 @@ class Int8Linear(nn.Module):
         w_int8 = torch.round(weight / self.w_scale[:, None]).clamp(-levels, levels).to(torch.int8)
         self.w_zero = torch.zeros(self.out_features, dtype=torch.int32)
         self.bias = linear.bias.detach().float() if linear.bias is not None else None
-        # Prepacked once into oneDNN's blocked layout (an opaque tensor only its kernels read).
+        # Prepacked once into oneDNN's blocked layout (an opaque tensor only its kernels read);
+        # the plain bytes are kept for an OpenVINO build of the layer (`models.bert_openvino`).
         self.packed = torch.ops.onednn.qlinear_prepack(w_int8, None)
+        self.w_int8 = w_int8
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

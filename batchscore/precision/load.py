@@ -123,5 +123,7 @@ def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None
             f"{job.model.path or job.model.name} (TorchScript and torch.export models hide them); "
             "use fp32 or bf16"
         )
-    executor.quantization = report.summary()
+    executor.calibrated(executor.prepared[-1])
+    on = " (on OpenVINO, inputs quantized per group at run time)"
+    executor.quantization = report.summary() + (on if executor.runtime == "openvino" else "")
     log.info("int8: %s", executor.quantization)

@@ -1,4 +1,5 @@
-"""The native BERT encoder on OpenVINO computes what it computes on torch, or is refused.
+"""The native BERT encoder on OpenVINO computes what it computes on torch, or is refused; an
+int8-calibrated one keeps its int8 layers in int8 and fp32's embeddings.
 
 Against the real all-MiniLM-L6-v2 on corpus texts, and tiny random BERTs that vary what the graph
 must honour (the activation, token types, padding, a row of one token). A graph that disagrees
@@ -16,15 +17,21 @@ from hypothesis import strategies as st
 
 from batchscore.errors import ModelError
 from batchscore.models import bert_openvino
-from batchscore.models.bert import load_bert, read_shape
+from batchscore.models.bert import BertEncoder, load_bert, read_shape
 from batchscore.models.bert_openvino import OpenVinoBert, openvino_bert
+from batchscore.models.pooling import pool
 from batchscore.models.text import TextEncoder
 from batchscore.pipeline.runtimes import openvino_missing
+from batchscore.precision.int8 import quantize_int8
+from batchscore.precision.int8_linear import Int8Linear, int8_available, weight_levels
 from batchscore.precision.table import bf16_native
 from tests.models.test_bert import embeddings, min_cosine, padded_batch, tiny_bert
 
 pytestmark = pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
 openvino = pytest.importorskip("openvino")  # where it is missing, so is the runtime
+needs_vnni = pytest.mark.skipif(
+    not int8_available() or weight_levels() < 127, reason="no int8 VNNI (or AMX) units here"
+)
 
 
 def test_minilm_on_openvino_matches_torch(minilm_path: Path, corpus):
@@ -159,3 +166,61 @@ def test_a_compiled_encoder_has_no_parameters_to_transform(minilm_path):
     compiled = openvino_bert(native, threads=1)
     assert isinstance(compiled, OpenVinoBert) and not list(compiled.parameters())
     assert compiled.config.hidden_size == 384
+
+
+def int8_minilm(minilm_path: Path, corpus) -> tuple[BertEncoder, torch.Tensor, list, TextEncoder]:
+    """MiniLM calibrated to int8 on half of 300 corpus texts (every Linear it may), the fp32
+    embeddings of all 300, their token ids and the tokenizer."""
+    texts = corpus.column("text").to_pylist()[:: corpus.num_rows // 300][:300]
+    encoder = TextEncoder(minilm_path, 256, False)
+    ids, _ = encoder.encode(texts)
+    native = load_bert(minilm_path, read_shape(minilm_path)).eval().requires_grad_(False)
+    fp32 = embeddings(native, encoder, ids)
+    calibration = [tuple(map(torch.from_numpy, encoder.collate(ids[i : i + 16])))
+                   for i in range(0, len(ids), 32)]  # fmt: skip
+
+    def forward(module: torch.nn.Module, batch: tuple) -> torch.Tensor:
+        return pool(module(*batch).last_hidden_state.float(), batch[1], ("mean",), 0)
+
+    with torch.inference_mode():
+        quantize_int8(native, calibration, forward, min_cosine=0.99)
+    return native, fp32, ids, encoder
+
+
+@needs_vnni
+def test_int8_minilm_on_openvino_multiplies_in_int8_at_fp32s_embeddings(minilm_path, corpus):
+    """The layers int8 calibration chose run as OpenVINO int8 matmuls (its runtime graph says
+    so, layer by layer), their inputs quantized per group of channels at run time: as close to
+    fp32 as torch's int8 or closer, on rows the calibration never saw."""
+    native, fp32, ids, encoder = int8_minilm(minilm_path, corpus)
+    layers = sum(isinstance(m, Int8Linear) for m in native.modules())
+    assert bert_openvino.int8_group(native) == 128  # MiniLM's 384 and 1536 inputs
+    compiled = openvino_bert(native, threads=2)
+    ours, theirs = embeddings(compiled, encoder, ids), embeddings(native, encoder, ids)
+    print(f"MiniLM in int8 vs fp32: min cosine {min_cosine(ours, fp32):.5f} on OpenVINO, "
+          f"{min_cosine(theirs, fp32):.5f} on torch; {layers} int8 layers")  # fmt: skip
+    assert min_cosine(ours, fp32) >= 0.99 and min_cosine(ours, fp32) >= min_cosine(theirs, fp32)
+    runtime = compiled.compiled.get_runtime_model().get_ordered_ops()
+    kinds = [(op.get_rt_info()["layerType"].astype(str),
+              op.get_rt_info()["runtimePrecision"].astype(str)) for op in runtime]  # fmt: skip
+    assert kinds.count(("FullyConnected", "i8")) == layers > 0
+    ids, mask, types = padded_batch(native.config.vocab_size)
+    assert compiled(ids, mask, types).last_hidden_state.dtype == torch.float32
+
+
+@pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 CPU kernels")
+def test_int8_on_openvino_needs_vnni_and_a_group_that_fits(tmp_path, minilm_path, monkeypatch):
+    """Without VNNI (or AMX) OpenVINO's int8 would not pay, and a layer whose inputs no group
+    divides would run decompressed: both are refused (the runtime "auto" keeps torch's int8)."""
+    folder = tiny_bert(tmp_path, minilm_path, hidden_size=48, intermediate_size=80)
+    native = load_bert(folder, read_shape(folder)).eval().requires_grad_(False)
+    assert bert_openvino.int8_group(native) is None  # no int8 layer: nothing to group
+    ids, mask, _ = padded_batch(native.config.vocab_size)
+    with torch.inference_mode():
+        quantize_int8(native, [(ids, mask)], lambda m, b: m(*b).last_hidden_state[:, 0],
+                      min_cosine=None)  # fmt: skip
+    with pytest.raises(ModelError, match=r"no int8 group of \(128, 64, 32\) divides .*\[48, 80\]"):
+        openvino_bert(native, threads=1)
+    monkeypatch.setattr(bert_openvino, "weight_levels", lambda: 63)  # as on a CPU without VNNI
+    with pytest.raises(ModelError, match="needs VNNI or AMX int8 units"):
+        openvino_bert(native, threads=1)

@@ -23,7 +23,7 @@ from batchscore.pipeline.runtimes import openvino_missing
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.choose import BUDGETS
 from batchscore.precision.gate import judge, trial
-from batchscore.precision.int8_linear import int8_available
+from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.settle import machine_key
 from batchscore.precision.table import available
 from tests.conftest import read_output, record_of
@@ -159,7 +159,8 @@ def test_gating_int8_converts_the_reference_model_instead_of_loading_it_again(jo
 @pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 CPU kernels")
 @pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
 def test_gating_int8_loads_again_when_the_reference_ran_on_openvino(job: Path):
-    """OpenVINO's graph holds no torch Linear layer to swap: int8 gets a torch model of its own."""
+    """OpenVINO's graph holds no torch Linear layer to swap: int8 gets a model of its own,
+    calibrated on torch, then on OpenVINO too where the CPU has VNNI."""
     settings = load_job(job, ["model.precision=int8", "quality.sample_rows=24"])
     model_path, table = locate(settings.model), sample_rows(settings, 24)
     reference = trial(settings, model_path, "fp32", table=table, max_tokens=4096, timed=False)
@@ -168,7 +169,8 @@ def test_gating_int8_loads_again_when_the_reference_ran_on_openvino(job: Path):
     converted = trial(
         settings, model_path, "int8", table=table, max_tokens=4096, timed=False, reuse=reference
     )
-    assert converted.task is not task and converted.executor.runtime == "torch"
+    assert converted.task is not task
+    assert converted.executor.runtime == ("openvino" if weight_levels() == 127 else "torch")
     assert "in int8" in converted.executor.quantization
     assert judge(reference, converted, settings.quality).passed
 
@@ -182,5 +184,5 @@ def test_the_cache_key_names_the_runtime_each_precision_was_timed_on(job: Path):
         for runtime in ("auto", "openvino", "torch")
     }
     assert keys["auto"] == keys["openvino"]
-    assert keys["auto"].endswith(f"| openvino {version('openvino')} (fp32, bf16)")
+    assert keys["auto"].endswith(f"| openvino {version('openvino')} (fp32, bf16, int8)")
     assert "openvino" not in keys["torch"] and keys["torch"] != keys["auto"]
