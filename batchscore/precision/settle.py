@@ -129,8 +129,8 @@ def from_cache(
 ) -> tuple[Job, dict[str, Any], Trial | None] | None:
     """The decision this machine measured before, gated on this job's rows; None when the
     cache lacks a part of it, or (for "auto") its precision fails this job's gate. For "auto"
-    and a known number of ``rows`` to score, fp32 is chosen instead, ungated, when it is
-    expected to finish first (see `expected_s`)."""
+    and a known number of ``rows`` to score, the precision expected to finish first is chosen
+    instead (`soonest`): fp32 runs ungated, any other is gated here."""
     auto = job.model.precision == "auto"
     name = cached.get("precision") if auto else job.model.precision
     when = f"cached on this machine ({cached.get('measured_at', 'earlier')})"
@@ -139,7 +139,7 @@ def from_cache(
         name, sooner = soonest(job, cached, name, rows, table.num_rows)
     budgets = cached.get("budgets", {})
     budget = budgets.get(name)
-    if budget is None and sooner:  # fp32 chosen by expectation: the budget timed for the other
+    if budget is None and sooner:  # chosen by expectation: the budget timed for the cache's choice
         budget = budgets.get(cached.get("precision"))
     if name is None or (job.batching.max_tokens == "auto" and budget is None):
         return None
