@@ -180,11 +180,12 @@ def soonest(
     (the cache's choice) and no reason when the cache lacks the speeds. A faster precision
     whose gate costs more (int8's calibration) pays for itself only on a larger job."""
     adopts = job.engine == "local"  # the gate's model, and its results for the sample
+    compiled = job.model.compile or fp32_on_openvino(job)  # the fp32 model's, for `convertible`
     expected: dict[str, tuple[float, float]] = {}
     for name in cached.get("speeds", {}):
         if name == "fp32":
             continue
-        converts = convertible(name, compiled=job.model.compile or fp32_on_openvino(job))
+        converts = convertible(name, compiled=compiled)
         fp32_s, other_s, gate_s = expected_s(
             cached, name, rows, sample, converts=converts, adopts=adopts
         )

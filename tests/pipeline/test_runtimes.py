@@ -35,6 +35,23 @@ def embedder(path: Path, **model: object) -> tuple[Embedder, Executor]:
     return Embedder(StackText(path, config), config, executor, normalize=True), executor
 
 
+def score_each(
+    embed_job: Path, tmp_path: Path, runs: tuple[tuple[str, str], ...]
+) -> tuple[dict[tuple[str, str], torch.Tensor], dict[tuple[str, str], dict]]:
+    """The embed job run at each (runtime, precision), each into its own folder: its
+    embeddings and its run report, by (runtime, precision)."""
+    from batchscore.pipeline.driver import run_job
+
+    outputs, reports = {}, {}
+    for runtime, precision in runs:
+        sets = [f'model.runtime="{runtime}"', f'model.precision="{precision}"']
+        job = load_job(embed_job, [*sets, f'output.path="{runtime}-{precision}"'])
+        reports[runtime, precision] = report = run_job(job)
+        vectors = read_output(tmp_path / report["output"])["embedding"].to_pylist()
+        outputs[runtime, precision] = torch.tensor(vectors)
+    return outputs, reports
+
+
 @needs_openvino
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_auto_puts_the_native_encoder_of_an_fp32_or_bf16_cpu_load_on_openvino(
@@ -153,15 +170,8 @@ def test_a_job_scores_the_same_on_both_runtimes(embed_job, tmp_path):
 @pytest.mark.skipif("bf16" not in available(torch.device("cpu")), reason="no bf16 units here")
 def test_a_bf16_job_scores_on_openvino_as_on_torch(embed_job, tmp_path):
     """bf16 on OpenVINO and on torch round differently; both stay at fp32's embeddings."""
-    from batchscore.pipeline.driver import run_job
-
-    outputs, reports = {}, {}
-    for runtime, precision in (("torch", "fp32"), ("torch", "bf16"), ("openvino", "bf16")):
-        sets = [f'model.runtime="{runtime}"', f'model.precision="{precision}"']
-        job = load_job(embed_job, [*sets, f'output.path="{runtime}-{precision}"'])
-        reports[runtime, precision] = report = run_job(job)
-        vectors = read_output(tmp_path / report["output"])["embedding"].to_pylist()
-        outputs[runtime, precision] = torch.tensor(vectors)
+    runs = (("torch", "fp32"), ("torch", "bf16"), ("openvino", "bf16"))
+    outputs, reports = score_each(embed_job, tmp_path, runs)
     assert reports["openvino", "bf16"]["runtime"] == "openvino"
     assert reports["torch", "bf16"]["runtime"] == "torch"
     want = outputs["torch", "fp32"]
@@ -190,15 +200,8 @@ def test_an_int8_job_goes_to_openvino_once_calibrated(embed_job, tmp_path):
     """int8's calibration picks the layers on torch; then, where the CPU multiplies bytes in
     VNNI, the encoder goes to OpenVINO with those layers in int8. Either way the embeddings
     keep the gate's promise against fp32, and the report says where the model ran."""
-    from batchscore.pipeline.driver import run_job
-
-    outputs, reports = {}, {}
-    for runtime, precision in (("torch", "fp32"), ("torch", "int8"), ("auto", "int8")):
-        sets = [f'model.runtime="{runtime}"', f'model.precision="{precision}"']
-        job = load_job(embed_job, [*sets, f'output.path="{runtime}-{precision}"'])
-        reports[runtime, precision] = report = run_job(job)
-        vectors = read_output(tmp_path / report["output"])["embedding"].to_pylist()
-        outputs[runtime, precision] = torch.tensor(vectors)
+    runs = (("torch", "fp32"), ("torch", "int8"), ("auto", "int8"))
+    outputs, reports = score_each(embed_job, tmp_path, runs)
     vnni = weight_levels() == 127
     assert reports["auto", "int8"]["runtime"] == ("openvino" if vnni else "torch")
     assert reports["torch", "int8"]["runtime"] == "torch"
