@@ -17,6 +17,7 @@ from typing import Any
 from batchscore.errors import JobError
 from batchscore.job.paths import overlap_problem
 from batchscore.job.prompt import template_problem
+from batchscore.job.revision import revision_problem
 from batchscore.job.schema import build, coerce, describe, did_you_mean, show
 from batchscore.job.sections import (
     DEFAULT_MODEL,
@@ -234,6 +235,11 @@ def check_model(model: ModelConfig, base: Path, source: Path, problems: list[str
         problems.append(
             f"{source}: [model].revision: a revision of a Hugging Face id in [model].name; "
             + ("a local [model].path has none" if model.path else "[model].name is not set")
+        )
+    if model.revision is not None and (problem := revision_problem(model.revision)):
+        problems.append(
+            f"{source}: [model].revision: {model.revision!r} {problem}; expected a branch, "
+            "a tag or a commit hash"
         )
     if problem := runtime_problem(model):
         problems.append(f"{source}: [model].runtime: {problem}")

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from batchscore.job.revision import revision_problem
+
 COMMIT = re.compile(r"[0-9a-f]{40}")
 # What huggingface_hub accepts as a repository id: an optional namespace, then a name.
 REPO_ID = re.compile(r"(?:[\w][\w.-]{0,95}/)?[\w][\w.-]{0,95}")
@@ -49,7 +51,8 @@ def snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | None:
         commit = revision
     else:
         ref = folder / "refs" / revision
-        if ".." in Path(revision).parts or not ref.is_file():
+        # an absolute path or a "..", say, is no ref name: never read (validate refuses it)
+        if revision_problem(revision) or not ref.is_file():
             return None
         commit = ref.read_text(encoding="utf-8").strip()
     found = folder / "snapshots" / commit
