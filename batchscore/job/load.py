@@ -22,6 +22,7 @@ from batchscore.job.schema import build, coerce, describe, did_you_mean, show
 from batchscore.job.sections import (
     DEFAULT_MODEL,
     SECTIONS,
+    TASK_SECTIONS,
     BatchingConfig,
     Engine,
     GenerateConfig,
@@ -126,7 +127,10 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     batching = section("batching")
     output = section("output")
     quality = section("quality")
-    task = section(model.task) if model else None
+    # the task's own section is checked even when another [model] key is wrong: all at once
+    task_name = model.task if model else tables.get("model", {}).get("task")
+    known_task = isinstance(task_name, str) and task_name in TASK_SECTIONS
+    task = section(task_name) if known_task else None
     ray = section("ray")
 
     if inp:

@@ -15,6 +15,23 @@ from typing import Any, Literal
 Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
 Precision = Literal["fp32", "fp16", "bf16", "int8", "auto"]
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# Upper bounds of the numbers a typo can turn into a crash or more memory than any machine has
+# (`threads = 100000` crashes torch's thread pool; `num_beams = 100000` grows past 16 GB): each
+# is far above any setting that makes sense, so only a mistake meets one. README lists them.
+MAX_THREADS = 1024
+MAX_WINDOW_TOKENS = 1 << 20  # [model].max_length: the longest context windows made
+MAX_BATCH_TOKENS = 1 << 22  # [batching].max_tokens: 4 Mi tokens in one batch
+MAX_ROWS = 1 << 20  # rows in one batch or one sorting window
+MAX_CHUNK_ROWS = 10_000_000  # rows in one unit of commit
+MAX_SAMPLE_ROWS = 1 << 16  # rows the quality gate scores twice
+MAX_NEW_TOKENS = 1 << 15  # tokens generated per row
+MAX_BEAMS = 64
+MAX_TOP_K = 1 << 18  # above every vocabulary's size, where top-k is off anyway
+MAX_SENTENCES = 1 << 16  # sentences of one document ranked (and kept) by extractive summarize
+MAX_FEATURES = 1 << 20  # values in one row's feature vector
+MAX_ACTORS = 1024
+MAX_ACTOR_CPUS = 1024.0
+MAX_ACTOR_GPUS = 64.0
 
 
 @dataclass(frozen=True)
@@ -45,8 +62,8 @@ class ModelConfig:
     revision: str | None = None  # of a Hugging Face id: a branch, tag or commit in the cache
     precision: Precision = "auto"  # the fastest that passes the quality gate, measured here
     device: str = "auto"
-    max_length: int | None = field(default=None, metadata={"min": 1})
-    threads: int | None = field(default=None, metadata={"min": 1})
+    max_length: int | None = field(default=None, metadata={"min": 1, "max": MAX_WINDOW_TOKENS})
+    threads: int | None = field(default=None, metadata={"min": 1, "max": MAX_THREADS})
     trust_remote_code: bool = False
     allow_pickle: bool = False
     long_text: Literal["truncate", "chunk"] = "truncate"  # chunk: windows over the whole text
@@ -68,10 +85,12 @@ class ModelConfig:
 class BatchingConfig:
     """How rows become batches: the token budget and the window the sampler sorts."""
 
-    max_tokens: int | Literal["auto"] = field(default="auto", metadata={"min": 1})
-    max_rows: int = field(default=512, metadata={"min": 1})
+    max_tokens: int | Literal["auto"] = field(
+        default="auto", metadata={"min": 1, "max": MAX_BATCH_TOKENS}
+    )
+    max_rows: int = field(default=512, metadata={"min": 1, "max": MAX_ROWS})
     sort: bool = True
-    window_rows: int = field(default=8192, metadata={"min": 1})
+    window_rows: int = field(default=8192, metadata={"min": 1, "max": MAX_ROWS})
     # Decoder-only generation only (other tasks ignore both): rows that finish leave the batch
     # and waiting rows take their seats, and the prompts' shared start is computed once. Neither
     # changes a row's output, so neither is part of the fingerprint.
@@ -86,7 +105,7 @@ class OutputConfig:
     path: str
     on_error: Literal["fail", "skip"] = "fail"
     max_bad_share: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
-    chunk_rows: int = field(default=50_000, metadata={"min": 1})
+    chunk_rows: int = field(default=50_000, metadata={"min": 1, "max": MAX_CHUNK_ROWS})
 
 
 @dataclass(frozen=True)
@@ -97,7 +116,7 @@ class QualityConfig:
     a resumed run does not measure again); `batchscore check` measures it on demand.
     """
 
-    sample_rows: int = field(default=256, metadata={"min": 1})
+    sample_rows: int = field(default=256, metadata={"min": 1, "max": MAX_SAMPLE_ROWS})
     min_cosine: float = field(default=0.99, metadata={"min": -1.0, "max": 1.0})
     min_agreement: float = field(default=0.99, metadata={"min": 0.0, "max": 1.0})
     min_exact_match: float = field(default=0.9, metadata={"min": 0.0, "max": 1.0})
@@ -134,11 +153,11 @@ class GenerateConfig:
     """
 
     prompt: str | None = None
-    max_new_tokens: int = field(default=64, metadata={"min": 1})
-    num_beams: int = field(default=1, metadata={"min": 1})
+    max_new_tokens: int = field(default=64, metadata={"min": 1, "max": MAX_NEW_TOKENS})
+    num_beams: int = field(default=1, metadata={"min": 1, "max": MAX_BEAMS})
     do_sample: bool = False
     temperature: float = field(default=1.0, metadata={"min": 0.01})
-    top_k: int = field(default=0, metadata={"min": 0})
+    top_k: int = field(default=0, metadata={"min": 0, "max": MAX_TOP_K})
     top_p: float = field(default=1.0, metadata={"min": 0.01, "max": 1.0})
     seed: int = field(default=0, metadata={"min": 0})
 
@@ -151,12 +170,12 @@ class SummarizeConfig:
     ``max_new_tokens`` and ``num_beams`` apply when `[model].path` is a generative model.
     """
 
-    sentences: int = field(default=3, metadata={"min": 1})
+    sentences: int = field(default=3, metadata={"min": 1, "max": MAX_SENTENCES})
     diversity: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
-    max_sentences: int = field(default=256, metadata={"min": 1})
+    max_sentences: int = field(default=256, metadata={"min": 1, "max": MAX_SENTENCES})
     prompt: str | None = None
-    max_new_tokens: int = field(default=128, metadata={"min": 1})
-    num_beams: int = field(default=1, metadata={"min": 1})
+    max_new_tokens: int = field(default=128, metadata={"min": 1, "max": MAX_NEW_TOKENS})
+    num_beams: int = field(default=1, metadata={"min": 1, "max": MAX_BEAMS})
 
 
 @dataclass(frozen=True)
@@ -167,7 +186,7 @@ class TensorConfig:
     format: Literal["auto", "torchscript", "export", "safetensors"] = "auto"
     factory: str | None = None
     factory_args: dict[str, Any] = field(default_factory=dict)
-    num_features: int | None = field(default=None, metadata={"min": 1})
+    num_features: int | None = field(default=None, metadata={"min": 1, "max": MAX_FEATURES})
 
 
 @dataclass(frozen=True)
@@ -179,9 +198,9 @@ class RayConfig:
     """
 
     address: str | None = None
-    actors: int | None = field(default=None, metadata={"min": 1})
-    num_cpus: float = field(default=1.0, metadata={"min": 0.0})
-    num_gpus: float | None = field(default=None, metadata={"min": 0.0})
+    actors: int | None = field(default=None, metadata={"min": 1, "max": MAX_ACTORS})
+    num_cpus: float = field(default=1.0, metadata={"min": 0.0, "max": MAX_ACTOR_CPUS})
+    num_gpus: float | None = field(default=None, metadata={"min": 0.0, "max": MAX_ACTOR_GPUS})
 
 
 TASK_SECTIONS: dict[str, type] = {
