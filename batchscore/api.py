@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from batchscore.errors import InputDataError, JobError, ShardsFailedError
 from batchscore.frames import Frame
+from batchscore.job.columns import clashes
 from batchscore.job.load import apply_overrides, apply_values, job_from_dict, read_job_file
 from batchscore.job.schema import did_you_mean
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
@@ -145,11 +146,11 @@ def score(
     ready = load(job, table)
     written = [f.name for f in ready.task.columns]
     written += ["error"] if job.output.on_error == "skip" else []
-    clash = [name for name in written if name in frame.names]
+    clash = [theirs for _, theirs in clashes(written, frame.names)]  # case aside, as DuckDB
     if clash:
         raise JobError(
             f"score(): the data already has column(s) {', '.join(clash)}, which task "
-            f"{task} writes; rename or drop them first"
+            f"{task} writes (DuckDB, Spark and Hive ignore case); rename or drop them first"
         )
     settled = dataclasses.replace(job, model=ready.job.model, batching=ready.job.batching)
     with LOADING:

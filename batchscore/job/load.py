@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscore.errors import JobError
+from batchscore.job.columns import case_twins
 from batchscore.job.paths import overlap_problem
 from batchscore.job.prompt import template_problem
 from batchscore.job.revision import revision_problem
@@ -137,6 +138,11 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
         inp = replace(inp, path=tuple(resolve(base, p) for p in inp.path))
         if not inp.path:
             problems.append(f"{source}: [input].path: names no input")
+        for a, b in case_twins(inp.carried):
+            problems.append(
+                f"{source}: [input].id/keep: columns {a!r} and {b!r} differ only in case, and "
+                "DuckDB, Spark and Hive read them as one column; carry one of them"
+            )
         if inp.where is not None and (problem := where_problem(inp.where)):
             problems.append(f"{source}: [input].where: {problem}")
     if output:

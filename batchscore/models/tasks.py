@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscore.errors import JobError, ModelError
+from batchscore.job.columns import clashes
 from batchscore.job.sections import InputConfig, Job, ModelConfig
 from batchscore.models.base import Encoding, Task
 from batchscore.models.classify import ClassifyTask
@@ -40,16 +41,24 @@ def input_kinds(task: str, inp: InputConfig, options: Any) -> dict[str, str]:
 
 def check_outputs(job: Job) -> None:
     """An `id` or `keep` column named like one of the task's output columns (or `error`, which
-    skipped rows carry) would make a file with two fields of one name: a job error."""
+    skipped rows carry) would make a file with two fields of one name: a job error. So would
+    one that differs from it only in case, for DuckDB, Spark and Hive (`batchscore.job.columns`)."""
     names = set(TASKS[job.model.task].output_names(job.task))
     if job.output.on_error == "skip":
         names.add("error")
-    clashes = [c for c in job.input.carried if c in names]
-    if clashes:
+    found = clashes(job.input.carried, names)
+    if found:
+        column, output = found[0]
+        task = f"task {job.model.task} ({', '.join(sorted(names))})"
+        said = (
+            f"has the name of an output column of {task}"
+            if column == output
+            else f"differs only in case from the output column {output!r} of {task}, and "
+            "DuckDB, Spark and Hive ignore case"
+        )
         raise JobError(
-            f"{job.source}: [input].id/keep: column {clashes[0]!r} has the name of an output "
-            f"column of task {job.model.task} ({', '.join(sorted(names))}); rename it in the "
-            "input, or leave it out"
+            f"{job.source}: [input].id/keep: column {column!r} {said}; rename it in the input, "
+            "or leave it out"
         )
 
 
