@@ -114,7 +114,7 @@ def run(
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
         from batchscore.observe.report import summary
         from batchscore.pipeline.driver import run_job
-        from batchscore.precision.cache import DecisionCache, user_cache_folder
+        from batchscore.precision.cache import DecisionCache, cache_folder
 
     if progress == "auto":
         progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
@@ -129,7 +129,7 @@ def run(
                 progress=progress,
                 accept_quality=accept_quality,
                 metrics_file=Path(metrics_file) if metrics_file else None,
-                cache=DecisionCache(user_cache_folder(os.environ)),
+                cache=DecisionCache(cache_folder(os.environ)),
             )
     except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
         click.echo(summary(exc.report))
@@ -160,36 +160,60 @@ def validate(job: str, overrides: tuple[str, ...]) -> None:
 @main.command()
 @JOB
 @SET
-@click.option("--refresh", is_flag=True, help='Measure every precision again ("auto").')
+@click.option("--refresh", is_flag=True, help="Forget what this machine measured for the model.")
+@click.option(
+    "--export",
+    "export",
+    type=click.Path(dir_okay=False),
+    help="Write what is measured for JOB's model and device to this file (a decisions.json).",
+)
 @reports_errors
-def check(job: str, overrides: tuple[str, ...], refresh: bool) -> None:
+def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | None) -> None:
     """Score a sample of JOB's rows in fp32 and at its precision, and report their agreement.
 
-    With precision = "auto", the table this machine measured before (every precision the
-    device supports, timed; kept in the user's cache folder) is shown and its choice gated on
-    JOB's rows; --refresh (or no table yet) measures every precision again. Exits 8 when the
-    job's precision fails the gate.
+    With precision = "auto", every precision the device supports is timed and gated on JOB's
+    rows, and what this machine measured before for the model is shown beside it; the
+    measurement replaces it in the cache folder. --export writes it to a file that a build
+    step can place as decisions.json in a container image's cache folder
+    ($BATCHSCORE_CACHE_DIR), so fresh containers start from it. Exits 8 when the job's
+    precision fails the gate.
 
     \b
     Example:
         batchscore check jobs/embed.toml --set model.precision=bf16
-        batchscore check jobs/embed.toml --refresh
+        batchscore check jobs/embed.toml --export decisions.json
     """
+    from pathlib import Path
+
     with paused():
         from batchscore.errors import QualityGateError
         from batchscore.models.locate import locate, model_identity
-        from batchscore.precision.cache import DecisionCache, user_cache_folder
+        from batchscore.precision.cache import DecisionCache, cache_folder
         from batchscore.precision.settle import check as check_quality
+        from batchscore.precision.settle import machine_key
 
     loaded = load(job, overrides)
     path = locate(loaded.model)
-    cache = DecisionCache(user_cache_folder(os.environ))
-    decision, passed = check_quality(
-        loaded, path, cache=cache, model_files=model_identity(path), refresh=refresh
+    cache = DecisionCache(cache_folder(os.environ))
+    files = model_identity(path)
+    decision, passed, before = check_quality(
+        loaded, path, cache=cache, model_files=files, refresh=refresh
     )
+    if before is not None:
+        click.echo(f"measured on this machine before ({before.measured_at}):")
+        for name, seen in before.measured.items():
+            click.echo(
+                f"  {name}: {seen.speedup:.2f}x fp32 per padded token, load {seen.load_s:.1f} s"
+            )
+        for name, why in before.unusable.items():
+            click.echo(f"  {name}: cannot run this model ({why})")
+        click.echo("measured now:")
     for line in decision.get("trials", []):
         click.echo(f"  {line}")
     click.echo(f"{job}: precision {decision['precision']}: {decision['why']}")
+    if export:
+        kept = cache.export(machine_key(loaded, files), Path(export))
+        click.echo(f"{export}: {', '.join(kept.measured) or 'fp32 only'} for this model here")
     if not passed:
         raise QualityGateError(f"{job}: {loaded.model.precision} fails the quality gate")
 

@@ -45,7 +45,7 @@ from batchscore.pipeline.shards import find_shards
 from batchscore.pipeline.stages import Scored
 from batchscore.pipeline.threads import Sink
 from batchscore.precision.cache import DecisionCache
-from batchscore.precision.settle import recorded_decision, settle
+from batchscore.precision.settle import learn, recorded_decision, settle
 from batchscore.precision.table import check_precision
 from batchscore.storage.retry import Retry
 
@@ -196,6 +196,14 @@ def score_pending(
         sink: Sink[list[Scored]] = Sink(committer, depth=2)  # windows
         try:
             engine.score(todo.chunks, sink, bar, stats)
+            learn(
+                cache,
+                job,
+                decision,
+                model_files=model_files,
+                padded_tokens=stats.padded_tokens,
+                busy_s=engine.busy_s,
+            )
         finally:
             bar.close()
             stats.timeline, stats.first_batch_at = bar.timeline.to_json(), bar.first_batch_at

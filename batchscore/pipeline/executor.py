@@ -75,6 +75,7 @@ class Executor:
         self.busy_s = 0.0
         self.prepared: list[torch.nn.Module] = []  # what int8 calibration will quantize
         self.quantization = ""  # what int8 did, for the run report
+        self.calibrate_s = 0.0  # what int8's calibration took, part of the load
         entry = precision(model.precision)
         # int8's calibration swaps Linear layers after load, which a compiled graph would not see
         self.compile = model.compile and not entry.calibrated

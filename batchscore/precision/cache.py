@@ -1,19 +1,29 @@
-"""What "auto" measured on this machine, kept in the user's cache folder across output folders.
+"""What "auto" measured on this machine, kept across output folders and runs.
 
-Timing every precision (and every token budget) costs seconds of model time; the answer depends
-on the model, the task, the window, the device and the torch build, not on which folder the
-output goes to. So it is measured once per machine and kept here, keyed by all of those. The
-quality gate still runs on every output folder's first run, with that job's own rows: a cached
-precision that fails it is measured again.
+A precision's speed relative to fp32 depends on the model, the task, the window, the device and
+the torch build, not on which folder the output goes to or which rows it scores. So each
+precision "auto" tries is kept here as a ratio to fp32 measured side by side (with its load and
+calibration costs), keyed by all of those. A later job then weighs that precision by what this
+machine measured instead of by the device's guess; fp32 itself is timed afresh by every run's
+gate pass, so a cache written on a busy machine never sets an absolute speed, and every run that
+tries a precision measures it again and replaces what is kept.
+
+The folder is the user's cache (``$XDG_CACHE_HOME/batchscore``), or one named for a process
+(``$BATCHSCORE_CACHE_DIR``) or a job (`[quality].cache_dir`), so that a volume mounted into
+fresh containers, or a file baked into an image (`batchscore check --export`), carries decisions
+from run to run. The cache only saves time: one that is missing, unreadable, read-only or holds
+entries that do not validate is a warning and a cold run, never an error.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import platform
 import time
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +35,66 @@ from batchscore.storage.local import write_json
 
 log = logging.getLogger("batchscore")
 FILE = "decisions.json"
+FORMAT = 2  # entries of an older layout do not validate, and are measured again
 
 
-def user_cache_folder(environ: Mapping[str, str]) -> Path:
-    """Where this user's decisions live: ``$XDG_CACHE_HOME/batchscore`` (``~/.cache`` by
-    default). The command line and the Python API pass their environment in."""
+@dataclass(frozen=True)
+class Measured:
+    """One precision of a model, as this machine measured it."""
+
+    speedup: float  # its padded tokens per second over fp32's, measured side by side
+    load_s: float  # loading the model at it, calibration left out
+    calibrate_s: float = 0.0  # int8's calibration, seconds per 1,000 padded tokens of sample
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Everything kept for one cache key."""
+
+    measured: dict[str, Measured] = field(default_factory=dict)
+    unusable: dict[str, str] = field(default_factory=dict)  # precision -> why it cannot run
+    measured_at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, **asdict(self)}
+
+    @classmethod
+    def parse(cls, data: Any) -> Entry:
+        """An entry as `to_json` wrote it; `ValueError` saying what is wrong otherwise."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"not an entry of format {FORMAT}")
+        measured, unusable = data.get("measured", {}), data.get("unusable", {})
+        if not isinstance(measured, dict) or not isinstance(unusable, dict):
+            raise ValueError('"measured" and "unusable" must be objects')
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in unusable.items()):
+            raise ValueError('"unusable" must map precisions to reasons')
+        return cls(
+            {name: measurement(name, value) for name, value in measured.items()},
+            dict(unusable),
+            str(data.get("measured_at", "")),
+        )
+
+
+def measurement(name: str, value: Any) -> Measured:
+    """One validated `Measured`: finite, non-negative numbers, a positive speedup."""
+    if not isinstance(value, dict) or set(value) - {"speedup", "load_s", "calibrate_s"}:
+        raise ValueError(f"{name}: expected speedup, load_s and calibrate_s")
+    numbers = {k: v for k, v in value.items() if type(v) in (int, float) and math.isfinite(v)}
+    if numbers.keys() != value.keys() or any(v < 0 for v in numbers.values()):
+        raise ValueError(f"{name}: every value must be a finite number >= 0")
+    if numbers.get("speedup", 0) <= 0 or "load_s" not in numbers:
+        raise ValueError(f"{name}: needs a positive speedup and a load_s")
+    return Measured(**numbers)
+
+
+def cache_folder(environ: Mapping[str, str], job_folder: str | None = None) -> Path:
+    """Where decisions live: the job's `[quality].cache_dir`, else ``$BATCHSCORE_CACHE_DIR``,
+    else the user's ``$XDG_CACHE_HOME/batchscore`` (``~/.cache`` by default). The command line
+    and the Python API pass their environment in."""
+    if job_folder:
+        return Path(job_folder).expanduser()
+    if environ.get("BATCHSCORE_CACHE_DIR"):
+        return Path(environ["BATCHSCORE_CACHE_DIR"]).expanduser()
     base = environ.get("XDG_CACHE_HOME") or str(Path(environ.get("HOME", "~")) / ".cache")
     return Path(base).expanduser() / "batchscore"
 
@@ -64,29 +129,64 @@ class DecisionCache:
     def __init__(self, folder: Path | None) -> None:
         self.path = folder / FILE if folder is not None else None
 
-    def all(self) -> dict[str, Any]:
-        """Every cached decision, by key; an unreadable cache is an empty one (it only saves
-        time, it never decides what a run writes)."""
-        if self.path is None or not self.path.is_file():
+    def raw(self) -> dict[str, Any]:
+        """The file's entries as they are, by key; unreadable is empty, with a warning."""
+        if self.path is None:
             return {}
         try:
             data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
         except (OSError, ValueError) as exc:
             log.warning("%s: unreadable (%s); measuring again", self.path, exc)
             return {}
-        return data if isinstance(data, dict) else {}
+        if not isinstance(data, dict):
+            log.warning("%s: not a JSON object; measuring again", self.path)
+            return {}
+        return data
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        return self.all().get(key)
+    def get(self, key: str) -> Entry | None:
+        """The entry for ``key``; one that does not validate is ignored, with a warning."""
+        entries = self.raw()
+        if key not in entries:
+            return None
+        try:
+            return Entry.parse(entries[key])
+        except ValueError as exc:
+            log.warning(
+                "%s: the entry for this model does not validate (%s); measuring again",
+                self.path,
+                exc,
+            )
+            return None
 
-    def put(self, key: str, entry: dict[str, Any]) -> None:
+    def put(self, key: str, entry: Entry) -> None:
         """Keep ``entry`` for ``key``; a cache that cannot be written is a warning, not an error."""
         if self.path is None:
             return
-        entries = self.all()
-        entries[key] = {**entry, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        entries = {**self.raw(), key: Entry(entry.measured, entry.unusable, stamp).to_json()}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_json(self.path, entries)
         except (OSError, WriteError) as exc:
-            log.warning("%s: cannot keep the measured decision: %s", self.path, exc)
+            log.warning("%s: cannot keep what was measured: %s", self.path, exc)
+
+    def learn(
+        self, key: str, measured: dict[str, Measured], unusable: dict[str, str] | None = None
+    ) -> None:
+        """Replace what is kept for the precisions just measured; keep the others."""
+        if not measured and not unusable:
+            return
+        entry = self.get(key) or Entry()
+        self.put(
+            key,
+            Entry({**entry.measured, **measured}, {**entry.unusable, **(unusable or {})}),
+        )
+
+    def export(self, key: str, path: Path) -> Entry:
+        """Write the entry for ``key`` alone, as a `decisions.json` that a build step can place
+        in an image's cache folder (an empty one where only fp32 runs here)."""
+        entry = self.get(key) or Entry()
+        write_json(path, {key: entry.to_json()})
+        return entry

@@ -16,7 +16,7 @@ from batchscore.models.agreement import Agreement
 from batchscore.models.base import Task
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known
-from batchscore.pipeline.sampler import restore
+from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import batches
 from batchscore.precision.load import convert, convertible, load_at
 
@@ -33,9 +33,12 @@ class Trial:
     executor: Executor | None
     agreement: Agreement | None = None
     load_s: float = 0.0  # loading the model at this precision, int8's calibration included
+    calibrate_s: float = 0.0  # of which int8's calibration
     cold_s: float = 0.0  # its first pass over the sample (the gate's pass, when not timed)
     runtime: str = "torch"  # or "openvino": where its model ran (`batchscore.pipeline.runtimes`)
     known: Known | None = None  # its model's results for the sample, for a run that adopts it
+    tokens_per_s: float = 0.0  # padded tokens per second of model time, first batch left out
+    tokens_per_row: float = 0.0  # the sample's padded tokens per row, as its batches were cut
 
     def unload(self) -> None:
         """Let go of the model, and of the results only it may hand on (columns, timing stay)."""
@@ -43,6 +46,9 @@ class Trial:
 
     @property
     def rows_per_s(self) -> float:
+        """Rows per second of model time at the warm speed (see `warm_speed`)."""
+        if self.tokens_per_s and self.tokens_per_row:
+            return self.tokens_per_s / self.tokens_per_row
         return self.rows / max(self.seconds, 1e-9)
 
     def describe(self) -> str:
@@ -84,8 +90,13 @@ def trial(
     encoded = task.encode(table)
     units = np.arange(len(encoded.lengths))
     cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=task.bucketing)
-    outputs = [executor.run(lambda b=b: task.forward(encoded, b)) for b in cut]
+    outputs, spent = [], []
+    for b in cut:
+        before = executor.busy_s
+        outputs.append(executor.run(lambda b=b: task.forward(encoded, b)))
+        spent.append(executor.busy_s - before)
     seconds = cold = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
+    sizes = [padded_tokens(encoded.lengths + encoded.reserve, [b]) for b in cut]
     if timed:
         for b in cut:
             executor.run(lambda b=b: task.forward(encoded, b))
@@ -94,9 +105,30 @@ def trial(
     columns = task.finish(encoded, results) if cut else {}
     rows = len(encoded.rows)
     return Trial(
-        precision, columns, seconds, rows, task, executor, load_s=load_s, cold_s=cold,
-        runtime=executor.runtime, known=Known.of(encoded, results) if cut else None,
-    )  # fmt: skip
+        precision,
+        columns,
+        seconds,
+        rows,
+        task,
+        executor,
+        load_s=load_s,
+        calibrate_s=executor.calibrate_s,
+        cold_s=cold,
+        runtime=executor.runtime,
+        known=Known.of(encoded, results) if cut else None,
+        tokens_per_s=sum(sizes) / max(seconds, 1e-9) if timed else warm_speed(sizes, spent),
+        tokens_per_row=sum(sizes) / max(rows, 1),
+    )
+
+
+def warm_speed(tokens: list[int], seconds: list[float]) -> float:
+    """Padded tokens per second over a pass's batches, the first left out where there are
+    others: a model's first call pays one-off set-up (oneDNN primitives, OpenVINO's first
+    inference) that the rest of a run does not, so the gate's single pass still tells the
+    run's speed without a second, timed pass."""
+    if len(tokens) > 1:
+        tokens, seconds = tokens[1:], seconds[1:]
+    return sum(tokens) / max(sum(seconds), 1e-9)
 
 
 def judge(reference: Trial, candidate: Trial, gate: QualityConfig) -> Agreement:

@@ -2,10 +2,12 @@
 
 Which layers go int8 is measured, not assumed: the fp32 module scores the job's own calibration
 rows once (that pass also records each Linear's input range, for SmoothQuant), every Linear the
-rows reach is swapped for an `Int8Linear`, and the rows are scored again. If the worst row's
-cosine with fp32 falls short, each layer's sensitivity is measured (how much restoring it alone
-lifts the worst rows) and the fewest most-sensitive layers stay in float until the target holds.
-Layers are found by type and judged by measurement, so any encoder works, whatever its names.
+rows reach is swapped for an `Int8Linear`, and the rows are scored again; that pass also measures
+each layer's own int8 error on the inputs it meets. If the worst row's cosine with fp32 falls
+short, the layers with the largest error stay in float, as few as the target allows, found by a
+binary search over that ranking. Calibration therefore costs a bounded number of passes over
+the rows (`max_passes`), whatever the number of layers: a 6-layer classifier no longer pays one
+pass per Linear. Layers are found by type and judged by measurement, so any encoder works.
 
 Usage, once at load, before the batch loop (the module is changed in place and returned)::
 
@@ -16,7 +18,8 @@ Usage, once at load, before the batch loop (the module is changed in place and r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -25,8 +28,10 @@ from torch import nn
 from batchscore.precision.calibration import Forward, input_absmax, row_cosines, run
 from batchscore.precision.int8_linear import Int8Linear, int8_available
 
-# score(layers kept in float, batch subset or None for all) -> per-row cosines with fp32
-Score = Callable[[set[str], list[int] | None], torch.Tensor]
+# score(layers kept in float) -> per-row cosines with fp32, over every calibration row
+Score = Callable[[set[str]], torch.Tensor]
+# the binary search's passes at most: 2**6 = 64 prefixes, more than any encoder's Linear layers
+SEARCH_PASSES = 6
 
 
 @dataclass
@@ -39,7 +44,8 @@ class QuantReport:
     mean_cosine: float
     quantized: list[str]  # module paths now Int8Linear
     kept: dict[str, str]  # module path -> why it stays in float
-    sensitivity: dict[str, float] = field(default_factory=dict)  # path -> lift, when measured
+    # path -> its own int8 error (output error / output norm) on the rows, largest first
+    sensitivity: dict[str, float] = field(default_factory=dict)
     int8_share: float = 0.0  # fraction of the Linear multiply-adds that run in int8
     passes: int = 0  # calibration passes run (each costs one forward over the rows)
     seconds: float = 0.0  # time to apply, all passes included
@@ -86,7 +92,6 @@ def quantize_int8(
     min_cosine: float | None = 0.99,
     alpha: float | None = 0.5,
     headroom: float = 0.5,
-    probe_rows: int = 8,
     dtype: torch.dtype = torch.float32,
 ) -> tuple[nn.Module, QuantReport]:
     """Swap `module`'s Linear layers for int8 ones, keeping the sensitive ones in float.
@@ -101,7 +106,6 @@ def quantize_int8(
         alpha: SmoothQuant migration strength; None turns smoothing off.
         headroom: the calibration sample must beat ``min_cosine`` by this fraction of the gap to
             1 (0.5: 0.995 for 0.99), because the job has rows the sample has not seen.
-        probe_rows: sensitivity is measured on the batches holding this many worst rows.
         dtype: for everything that is not int8 (attention, norms, layers kept in float):
             float32 anywhere; bfloat16 only where the CPU has native bf16 (AVX-512 BF16, AMX).
     """
@@ -124,28 +128,25 @@ def quantize_int8(
     module.to(dtype)
     passes = 1
 
-    def score(keep: set[str], subset: list[int] | None = None) -> torch.Tensor:
+    def score(keep: set[str]) -> torch.Tensor:
         nonlocal passes
         passes += 1
         for slot in slots:
             slot.use(slot.path not in keep)
-        picked = range(len(batches)) if subset is None else subset
-        outputs = run(module, [batches[i] for i in picked], forward)
-        return row_cosines(outputs, [reference[i] for i in picked])
+        return row_cosines(run(module, batches, forward), reference)
 
-    cosines = score(set(), None)
+    with layer_errors(slots) as sensitivity:
+        cosines = score(set())
     keep: list[str] = []
-    sensitivity: dict[str, float] = {}
     if float(cosines.min()) < target:
-        probe, base = worst_batches(reference, cosines, probe_rows)
-        sensitivity = measure_sensitivity(slots, score, probe, base)
         keep, cosines = fewest_to_keep(list(sensitivity), score, target)
+    else:
+        sensitivity = {}
     for slot in slots:
         slot.use(slot.path not in keep)
     kept = {path: "not reached by the calibration rows" for path in unseen}
     for rank, path in enumerate(keep, 1):
-        kept[path] = f"sensitivity rank {rank}: alone in float it lifts the worst rows by "
-        kept[path] += f"{sensitivity[path]:+.5f}"
+        kept[path] = f"int8 error rank {rank}: {sensitivity[path]:.2%} of its output"
     macs = {s.path: s.linear.in_features * s.linear.out_features for s in slots}
     report = QuantReport(
         target=target,
@@ -181,44 +182,55 @@ def find_slots(
     return slots, unseen
 
 
-def worst_batches(
-    reference: list[torch.Tensor], cosines: torch.Tensor, rows: int
-) -> tuple[list[int], float]:
-    """The batches that hold the `rows` lowest-cosine rows, and their worst row's cosine."""
-    owner = torch.cat([torch.full((len(r),), i) for i, r in enumerate(reference)])
-    probe = sorted({int(owner[i]) for i in torch.argsort(cosines, stable=True)[:rows]})
-    return probe, float(cosines.min())
+@contextmanager
+def layer_errors(slots: list[Slot]) -> Iterator[dict[str, float]]:
+    """While int8 layers run: each one's error against its float twin on the very inputs it
+    meets (output error norm over output norm), filled in, largest first, on exit.
 
-
-def measure_sensitivity(
-    slots: list[Slot], score: Score, probe: list[int], base: float
-) -> dict[str, float]:
-    """Per layer: how much the worst probe row improves when only that layer stays in float.
-
-    Restoring one layer at a time (rather than quantizing one at a time) keeps every probe pass
-    at int8 speed and measures each layer where it matters: next to all the others' errors.
-    Returned most sensitive first; ties keep module order, so the result is deterministic.
+    A layer's own error is what the model's worst rows suffer from it before the layers after
+    it add theirs, so it ranks which layers to keep in float without a pass per layer.
     """
-    lift = {s.path: float(score({s.path}, probe).min()) - base for s in slots}
-    return dict(sorted(lift.items(), key=lambda item: -item[1]))
+    errors = dict.fromkeys((s.path for s in slots), 0.0)
+    norms = dict.fromkeys((s.path for s in slots), 0.0)
+
+    def hook(slot: Slot) -> Callable[..., None]:
+        def measure(_: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+            exact = slot.linear(args[0]).float()
+            errors[slot.path] += float((out.float() - exact).square().sum())
+            norms[slot.path] += float(exact.square().sum())
+
+        return measure
+
+    ranked: dict[str, float] = {}
+    hooks = [slot.int8.register_forward_hook(hook(slot)) for slot in slots]
+    try:
+        yield ranked
+    finally:
+        for handle in hooks:
+            handle.remove()
+    relative = {p: (errors[p] / norms[p]) ** 0.5 if norms[p] else 0.0 for p in errors}
+    ranked.update(sorted(relative.items(), key=lambda item: -item[1]))
 
 
 def fewest_to_keep(
     ranked: list[str], score: Score, target: float
 ) -> tuple[list[str], torch.Tensor]:
-    """The shortest most-sensitive-first prefix that, kept in float, meets the target.
+    """The shortest largest-error-first prefix that, kept in float, meets the target.
 
-    Binary search over the prefix length (keeping more layers in float only helps), so the
-    search costs log2(layers) calibration passes instead of one per layer.
+    Binary search over the prefix length (keeping more layers in float only helps, nearly
+    always), so the search costs at most `SEARCH_PASSES` calibration passes, not one per layer;
+    a prefix is only ever returned with its own measured cosines.
     """
     lo, hi, best = 1, len(ranked), None
-    while lo < hi:
+    for _ in range(SEARCH_PASSES):
+        if lo >= hi:
+            break
         mid = (lo + hi) // 2
-        cosines = score(set(ranked[:mid]), None)
+        cosines = score(set(ranked[:mid]))
         if float(cosines.min()) >= target:
             hi, best = mid, cosines
         else:
             lo = mid + 1
     if best is None:  # nothing short of every layer met it: all float, measured for the report
-        best = score(set(ranked), None)
+        hi, best = len(ranked), score(set(ranked))
     return ranked[:hi], best

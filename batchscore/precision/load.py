@@ -27,6 +27,9 @@ from batchscore.precision.table import precision
 
 log = logging.getLogger("batchscore")
 TRIAL_BUDGET = 8192  # budget for trials and calibration when max_tokens is itself "auto"
+# int8 passes a calibration is expected to take beyond its fp32 one, for weighing it before it
+# runs: one all-int8 pass, and a search (`SEARCH_PASSES` at most) where some layers must stay float
+CALIBRATION_PASSES = 2
 
 
 def trial_budget(job: Job) -> int:
@@ -124,6 +127,7 @@ def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None
             "use fp32 or bf16"
         )
     executor.calibrated(executor.prepared[-1])
+    executor.calibrate_s = report.seconds
     on = " (on OpenVINO, inputs quantized per group at run time)"
     executor.quantization = report.summary() + (on if executor.runtime == "openvino" else "")
     log.info("int8: %s", executor.quantization)

@@ -2,16 +2,18 @@
 
 - The quality gate: a precision other than fp32 scores the job's first rows next to fp32 and is
   refused when the two agree less than `[quality]` demands (see `batchscore.precision.gate`).
-- ``precision = "auto"``: every precision the device runs natively is timed on those rows, and
-  the fastest one that passes the gate is chosen.
+- ``precision = "auto"``: fp32 scores those rows first (the run keeps its results), and a faster
+  precision the device runs natively is tried only where it can pay for itself on this job
+  (see `batchscore.precision.auto`); the fastest that passes the gate is chosen.
 - ``precision = "int8"``: which Linear layers may run in int8 is measured on those rows too,
   every time the model loads (see `batchscore.precision.load`); the gate then judges the result.
-- ``max_tokens = "auto"``: batch budgets are timed on those rows (with the chosen precision),
-  and the fastest that fits in memory is chosen.
+- ``max_tokens = "auto"``: the budget comes from the model's shape, probed once on a GPU
+  (see `batchscore.precision.budget`).
 
 The decision is recorded in the output folder, so a resumed run reuses it and one output never
-mixes precisions; the run report carries it, reasons included. What "auto" timed is also kept
-per machine (`batchscore.precision.cache`), so a new output folder pays only the gate.
+mixes precisions; the run report carries it, reasons included. What a precision measured is
+kept per machine (`batchscore.precision.cache`), so the next job weighs it by measurement
+rather than by the device's guess.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from batchscore.errors import BookkeepingError, QualityGateError
+from batchscore.errors import BookkeepingError, OutputConflictError
 from batchscore.job.sections import Job
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
@@ -32,10 +34,13 @@ from batchscore.output.manifest import written_for
 from batchscore.pipeline.executor import resolve_device
 from batchscore.pipeline.runtimes import ON_OPENVINO, openvino_wanted
 from batchscore.pipeline.stages import sample_rows
-from batchscore.precision.cache import DecisionCache, cache_key
-from batchscore.precision.choose import choose_budget, choose_precision
-from batchscore.precision.gate import Trial
-from batchscore.precision.load import convertible, trial_budget
+from batchscore.precision.auto import choose_auto, measured
+from batchscore.precision.budget import choose_budget
+from batchscore.precision.cache import DecisionCache, Entry, cache_key
+from batchscore.precision.choose import choose_precision
+from batchscore.precision.gate import Trial, trial
+from batchscore.precision.load import trial_budget
+from batchscore.precision.table import available
 
 log = logging.getLogger("batchscore")
 
@@ -52,40 +57,100 @@ def settle(
 ) -> tuple[Job, dict[str, Any] | None, Trial | None]:
     """The job with "auto" settings made concrete and its precision gated.
 
-    ``recorded`` is an earlier decision for this output, reused as is. What "auto" times (which
-    precision is fastest, which budget) comes from ``cache`` when this machine measured it
-    before for this model (``model_files``: its digest), task and window; the gate still runs
-    here, on this job's rows. Returns the concrete job, the new decision to record (None when
-    there was nothing to decide) and the chosen trial, whose loaded model the local engine
-    adopts instead of loading (and calibrating) it again. ``sample``: the rows to measure on
-    (in-memory data); by default the job's first rows. ``rows``: how many rows the run will
-    score, so that a cached "auto" weighs what gating a faster precision costs against what it
-    saves on this many rows (a small job is done in fp32 before int8's gate would be).
+    ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete
+    job, the new decision to record (None when there was nothing to decide) and the chosen
+    trial, whose loaded model (and results for the sample) the local engine adopts instead of
+    loading it again. ``sample``: the rows to measure on (in-memory data); by default the job's
+    first rows. ``rows``: how many rows the run will score, which decides whether a faster
+    precision can repay trying it (None: the sample's). ``cache`` keeps what this machine
+    measured (``model_files``: the model's digest, part of the key).
     """
     if recorded:
+        check_recorded(job, recorded)
         return concrete(job, recorded), None, None
     needs_budget = job.batching.max_tokens == "auto"
-    if job.model.precision == "fp32" and not needs_budget:
+    wanted = job.model.precision
+    if wanted == "fp32" and not needs_budget:
         return job, None, None
     table = sample if sample is not None else sample_rows(job, job.quality.sample_rows)
+    if table.num_rows == 0:
+        decision = nothing_to_measure(job)
+        return concrete(job, decision), decision, None
     key = machine_key(job, model_files)
-    cached = cache.get(key) if cache is not None else None
-    if cached is not None:
-        settled = from_cache(job, model_path, table, cached, rows=rows)
-        if settled is not None:
-            return settled
-    wanted = job.model.precision
-    what = "fp32 and every faster precision" if wanted == "auto" else f"fp32 and {wanted}"
-    with stage(f"quality gate: scoring {table.num_rows} rows in {what}", "quality gate done"):
-        chosen, decision = choose_precision(job, model_path, table)
-    decision = {"precision": decision}
+    entry = (cache.get(key) if cache is not None else None) or Entry()
+    budget = trial_budget(job)
+    if wanted == "auto":
+        what = f"quality gate: scoring {table.num_rows} rows in fp32, then what can pay for itself"
+        with stage(what, "quality gate done"):
+            auto = choose_auto(
+                job, model_path, table, rows=rows, known=entry.measured, unusable=entry.unusable
+            )
+        chosen, verdict = auto.chosen, auto.record
+        if cache is not None:
+            cache.learn(key, auto.measured, auto.unusable)
+    elif wanted == "fp32":  # only the budget to settle: the run adopts this model and its results
+        chosen = trial(job, model_path, "fp32", table=table, max_tokens=budget, timed=False)
+        verdict = {"precision": "fp32", "why": "fp32 is the reference"}
+    else:
+        what = f"quality gate: scoring {table.num_rows} rows in fp32 and {wanted}"
+        with stage(what, "quality gate done"):
+            gated = choose_precision(job, model_path, table)
+        chosen, verdict = gated.chosen, gated.record
+        verdict["speeds"] = {
+            "fp32": round(gated.reference.tokens_per_s, 1),
+            wanted: round(chosen.tokens_per_s, 1),
+        }
+        if cache is not None:
+            cache.learn(key, {wanted: measured(chosen, gated.reference)})
+    decision: dict[str, Any] = {"precision": verdict}
     if needs_budget:
-        with stage("max_tokens = auto: timing batch budgets", "budgets timed"):
-            decision["batching"] = choose_budget(job, chosen, table)
+        decision["batching"] = choose_budget(
+            chosen,
+            model_path,
+            table,
+            max_length=job.model.max_length,
+            max_rows=job.batching.max_rows,
+        )
         log.info("max_tokens = auto: %s", decision["batching"]["why"])
-    if cache is not None:
-        remember(cache, key, decision, cached)
     return concrete(job, decision), decision, chosen
+
+
+def learn(
+    cache: DecisionCache | None,
+    job: Job,
+    decision: dict[str, Any] | None,
+    *,
+    model_files: str,
+    padded_tokens: int,
+    busy_s: float,
+) -> None:
+    """After a run at a faster precision whose gate timed fp32 beside it, keep the run's own
+    ratio to fp32: measured over the job's batches, far longer than the gate's pass, so a ratio
+    the cache holds from a busy moment is corrected by the next run that sees otherwise."""
+    if cache is None or decision is None or busy_s < 1.0:
+        return
+    name = decision["precision"]["precision"]
+    fp32 = decision["precision"].get("speeds", {}).get("fp32")
+    key = machine_key(job, model_files)
+    kept = cache.get(key)
+    before = kept.measured.get(name) if kept is not None else None
+    if name == "fp32" or not fp32 or before is None:
+        return
+    speedup = round(padded_tokens / busy_s / fp32, 3)
+    if abs(speedup - before.speedup) > 0.02 * before.speedup:
+        log.debug("precision %s: %.2fx fp32 in this run, %.2fx kept", name, speedup, before.speedup)
+        cache.learn(key, {name: dataclasses.replace(before, speedup=speedup)})
+
+
+def nothing_to_measure(job: Job) -> dict[str, Any]:
+    """The decision for a job none of whose rows passes `where` (or whose shards are empty):
+    no row is scored, so there is nothing to gate or time; "auto" settles on fp32."""
+    name = "fp32" if job.model.precision == "auto" else job.model.precision
+    why = "no input row to measure on (every shard empty, or none passes [input].where)"
+    decision: dict[str, Any] = {"precision": {"precision": name, "why": why}}
+    if job.batching.max_tokens == "auto":
+        decision["batching"] = {"max_tokens": trial_budget(job), "why": why}
+    return decision
 
 
 def machine_key(job: Job, model_files: str) -> str:
@@ -100,132 +165,6 @@ def machine_key(job: Job, model_files: str) -> str:
         model_files=model_files, task=job.model.task, max_length=job.model.max_length,
         device=device, runtime=runtime,
     )  # fmt: skip
-
-
-def fp32_on_openvino(job: Job) -> bool:
-    """Whether this job's fp32 loads go to OpenVINO (see `batchscore.pipeline.runtimes`)."""
-    cpu = resolve_device(job.model.device).type == "cpu"
-    return openvino_wanted(job.model, cpu=cpu, precision="fp32")
-
-
-def remember(
-    cache: DecisionCache, key: str, decision: dict[str, Any], cached: dict[str, Any] | None
-) -> None:
-    """Keep what was timed: the fastest precision that passed (when "auto" chose one) and the
-    budget timed for the chosen precision."""
-    entry = dict(cached or {})
-    chosen = decision["precision"]
-    if chosen.get("why", "").startswith("the fastest"):
-        entry.update(precision=chosen["precision"], trials=chosen["trials"])
-        entry.update(speeds=chosen.get("speeds", {}), sample_rows=chosen.get("sample_rows"))
-    if "batching" in decision:
-        entry.setdefault("budgets", {})[chosen["precision"]] = decision["batching"]
-    if entry:
-        cache.put(key, entry)
-
-
-def from_cache(
-    job: Job, model_path: Path, table: pa.Table, cached: dict[str, Any], rows: int | None = None
-) -> tuple[Job, dict[str, Any], Trial | None] | None:
-    """The decision this machine measured before, gated on this job's rows; None when the
-    cache lacks a part of it, or (for "auto") its precision fails this job's gate. For "auto"
-    and a known number of ``rows`` to score, the precision expected to finish first is chosen
-    instead (`soonest`): fp32 runs ungated, any other is gated here."""
-    auto = job.model.precision == "auto"
-    name = cached.get("precision") if auto else job.model.precision
-    when = f"cached on this machine ({cached.get('measured_at', 'earlier')})"
-    sooner = ""
-    if auto and name not in (None, "fp32") and rows is not None:
-        name, sooner = soonest(job, cached, name, rows, table.num_rows)
-    budgets = cached.get("budgets", {})
-    budget = budgets.get(name)
-    if budget is None and sooner:  # chosen by expectation: the budget timed for the cache's choice
-        budget = budgets.get(cached.get("precision"))
-    if name is None or (job.batching.max_tokens == "auto" and budget is None):
-        return None
-    chosen = None
-    if name == "fp32":
-        verdict = {"precision": "fp32", "why": "fp32 is the reference"}
-    else:
-        fixed = dataclasses.replace(job, model=dataclasses.replace(job.model, precision=name))
-        try:
-            with stage(f"quality gate: scoring {table.num_rows} rows in fp32 and {name}",
-                       "quality gate done"):  # fmt: skip
-                chosen, verdict = choose_precision(fixed, model_path, table)
-        except QualityGateError as exc:
-            if not auto:
-                raise
-            log.info("%s: %s fails the quality gate on this job's rows (%s); measuring again",
-                     when, name, exc)  # fmt: skip
-            return None
-    if auto:
-        trials = "; ".join(cached.get("trials", []))
-        gated = verdict["why"] if chosen is None else f"on this job's rows: {verdict['why']}"
-        why = f"{when}, the fastest that passed of: {trials}; {sooner}{gated}"
-        verdict = {**verdict, "trials": cached.get("trials", []), "cached": True, "why": why}
-    elif chosen is None:
-        verdict["why"] = f"{when}: {verdict['why']}"
-    decision: dict[str, Any] = {"precision": verdict}
-    if budget is not None and job.batching.max_tokens == "auto":
-        decision["batching"] = {**budget, "why": f"{when}: {budget['why']}"}
-    log.info("precision %s: %s", name, verdict["why"])
-    return concrete(job, decision), decision, chosen
-
-
-def soonest(
-    job: Job, cached: dict[str, Any], fastest: str, rows: int, sample: int
-) -> tuple[str, str]:
-    """Of fp32 and every precision that passed when this machine measured them, the one a
-    run of ``rows`` rows is expected to finish first with (`expected_s`), and why; ``fastest``
-    (the cache's choice) and no reason when the cache lacks the speeds. A faster precision
-    whose gate costs more (int8's calibration) pays for itself only on a larger job."""
-    adopts = job.engine == "local"  # the gate's model, and its results for the sample
-    compiled = job.model.compile or fp32_on_openvino(job)  # the fp32 model's, for `convertible`
-    expected: dict[str, tuple[float, float]] = {}
-    for name in cached.get("speeds", {}):
-        if name == "fp32":
-            continue
-        converts = convertible(name, compiled=compiled)
-        fp32_s, other_s, gate_s = expected_s(
-            cached, name, rows, sample, converts=converts, adopts=adopts
-        )
-        if fp32_s is not None:
-            expected.update({"fp32": (fp32_s, 0.0), name: (other_s, gate_s)})
-    if not expected:
-        return fastest, ""
-    first = min(expected, key=lambda name: expected[name][0])  # fp32 first: it wins a tie
-    times = ", ".join(
-        f"{name} in {total:.1f} s" + (f" ({gate:.1f} s of it its quality gate)" if gate else "")
-        for name, (total, gate) in expected.items()
-    )
-    return first, f"for {rows:,} rows, {first} is expected to finish first: {times}; "
-
-
-def expected_s(
-    cached: dict[str, Any],
-    name: str,
-    rows: int,
-    sample: int,
-    *,
-    converts: bool = False,
-    adopts: bool = False,
-) -> tuple[float | None, float, float]:
-    """Seconds a run of ``rows`` rows is expected to take at fp32 and at ``name``, and the part
-    of the latter that is ``name``'s quality gate, from this machine's cached speeds: fp32 loads
-    once and scores the rows; ``name`` first scores the sample in fp32 and in ``name`` (its own
-    load and calibration included; only the calibration when the fp32 model ``converts`` in
-    place), then the rows, less the sample where the run ``adopts`` the gate's model and its
-    results (`batchscore.pipeline.known`). (None, 0, 0) when the cache lacks a speed."""
-    speeds = cached.get("speeds", {})
-    if "fp32" not in speeds or name not in speeds:
-        return None, 0.0, 0.0
-    fp32, other = speeds["fp32"], speeds[name]
-    scale = sample / max(cached.get("sample_rows") or sample, 1)  # a pass costs per row
-    own = max(other["load_s"] - fp32["load_s"], 0.0) if converts else other["load_s"]
-    gate_s = fp32["load_s"] + scale * fp32["cold_s"] + own + scale * other["cold_s"]
-    fp32_s = fp32["load_s"] + rows / max(fp32["rows_per_s"], 1e-9)
-    left = max(rows - sample, 0) if adopts else rows
-    return fp32_s, gate_s + left / max(other["rows_per_s"], 1e-9), gate_s
 
 
 def recorded_decision(ckpt: Checkpoint, job: Job) -> dict[str, Any] | None:
@@ -267,23 +206,40 @@ def concrete(job: Job, decision: dict[str, Any]) -> Job:
 
 def check(
     job: Job, model_path: Path, *, cache: DecisionCache | None, model_files: str, refresh: bool
-) -> tuple[dict[str, Any], bool]:
-    """`batchscore check`: the gate on the job's rows, without recording or scoring. For
-    "auto", this machine's cached table is shown and its choice gated, unless ``refresh`` (or
-    no cache): then every precision is measured again and the cache updated."""
+) -> tuple[dict[str, Any], bool, Entry | None]:
+    """`batchscore check`: the gate on the job's rows, without recording or scoring; for "auto",
+    every precision the device runs natively, each timed. What was kept for this model before
+    is returned beside it (None with ``refresh``, which forgets it), and the measurement
+    replaces it."""
     table = sample_rows(job, job.quality.sample_rows)
     quality = dataclasses.replace(job.quality, accept=True)  # measure, whatever it shows
     batching = dataclasses.replace(job.batching, max_tokens=trial_budget(job))  # not timed here
     measuring = dataclasses.replace(job, quality=quality, batching=batching)
     key = machine_key(job, model_files)
-    cached = cache.get(key) if cache is not None and not refresh else None
-    settled = from_cache(measuring, model_path, table, cached) if cached else None
-    if settled is not None:
-        _, decision, chosen = settled
-        decision = decision["precision"]
-    else:
-        chosen, decision = choose_precision(measuring, model_path, table)
-        if cache is not None and job.model.precision == "auto":
-            remember(cache, key, {"precision": decision}, cache.get(key))
-    passed = chosen is None or chosen.agreement is None or chosen.agreement.passed
-    return decision, passed
+    before = cache.get(key) if cache is not None and not refresh else None
+    gated = choose_precision(measuring, model_path, table)
+    if cache is not None:
+        tried = {n: measured(t, gated.reference) for n, t in gated.tried.items() if t.rows}
+        if refresh:
+            cache.put(key, Entry(tried))
+        else:
+            cache.learn(key, tried)
+    chosen = gated.chosen
+    passed = chosen.agreement is None or chosen.agreement.passed
+    return gated.record, passed, before
+
+
+def check_recorded(job: Job, decision: dict[str, Any]) -> None:
+    """A folder settled at a precision this device cannot run (int8 resumed on a GPU, fp16
+    back on a CPU) is the folder's conflict with this machine, not a job key's mistake."""
+    name = decision["precision"]["precision"]
+    if job.engine != "local":  # Ray's actors may sit on other machines: they check for themselves
+        return
+    device = resolve_device(job.model.device)
+    if name not in available(device):
+        raise OutputConflictError(
+            f"{job.output.path}: its first run settled on precision {name}, and this machine's "
+            f"{device} does not run {name} (it runs {', '.join(available(device))}); one output "
+            f"never mixes precisions, so resume it where {name} runs, or run with --restart to "
+            "score it all again here"
+        )

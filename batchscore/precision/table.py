@@ -20,9 +20,10 @@ from batchscore.precision.int8_linear import int8_available, int8_problem
 
 
 def bf16_native(device: torch.device) -> bool:
-    """CUDA with bf16 units; a CPU with AVX-512 BF16 or AMX (oneDNN reports which)."""
+    """CUDA with bf16 units (not a T4's emulation, which `is_bf16_supported` counts unless
+    told not to); a CPU with AVX-512 BF16 or AMX (oneDNN reports which)."""
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+        return torch.cuda.is_bf16_supported(including_emulation=False)
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
@@ -34,6 +35,33 @@ def fp16_native(device: torch.device) -> bool:
 def int8_native(device: torch.device) -> bool:
     """The CPU's oneDNN int8 kernels (see `batchscore.precision.int8_linear`), when they work."""
     return device.type == "cpu" and int8_available()
+
+
+def cpu_has(*flags: str) -> bool:
+    """Whether the CPU has any of these units (torch's own reading of CPUID)."""
+    caps = getattr(torch.cpu, "get_capabilities", dict)()
+    return any(caps.get(flag, False) for flag in flags)
+
+
+def bf16_speedup(device: torch.device) -> float:
+    """A first guess of bf16's speed over fp32 before anything is measured: tensor cores on a
+    GPU; AMX tiles; AVX-512 BF16's dot products (1.6x OpenVINO's fp32 on MiniLM, BENCHMARKS.md)."""
+    if device.type == "cuda":
+        return 2.0
+    return 2.5 if cpu_has("amx_bf16") else 1.6
+
+
+def fp16_speedup(device: torch.device) -> float:
+    """As `bf16_speedup`: tensor cores, or AMX-FP16 tiles."""
+    return 2.0
+
+
+def int8_speedup(device: torch.device) -> float:
+    """As `bf16_speedup`: AMX int8 tiles; VNNI dot products (2.1x OpenVINO's fp32 on MiniLM);
+    without either, 7-bit weights through vpmaddubsw (1.5x on an AVX2 EPYC)."""
+    if cpu_has("amx_int8"):
+        return 2.5
+    return 2.0 if cpu_has("avx512_vnni", "avx_vnni") else 1.4
 
 
 def int8_missing(device: torch.device) -> str | None:
@@ -50,18 +78,26 @@ class Precision:
     gated: bool = True  # compared with fp32 on the job's rows before it scores them
     generates: bool = True  # text generation may use it
     calibrated: bool = False  # the loaded model is transformed on the job's own rows
+    # a first guess of its speed over fp32 on this device, before anything is measured: what
+    # "auto" weighs when deciding whether trying it can pay for itself (`batchscore.precision.auto`)
+    speedup: Callable[[torch.device], float] = lambda device: 1.0
     # why this torch build cannot run it on the device at all (a missing kernel), or None
     missing: Callable[[torch.device], str | None] = lambda device: None
 
 
 PRECISIONS: dict[str, Precision] = {
     "fp32": Precision(torch.float32, lambda device: True, gated=False),
-    "fp16": Precision(torch.float16, fp16_native),
-    "bf16": Precision(torch.bfloat16, bf16_native),
+    "fp16": Precision(torch.float16, fp16_native, speedup=fp16_speedup),
+    "bf16": Precision(torch.bfloat16, bf16_native, speedup=bf16_speedup),
     # int8's Linear layers go int8 once calibrated; everything else stays float32 (`int8.py`).
     # Its calibration compares output vectors, which generated text does not have.
     "int8": Precision(
-        torch.float32, int8_native, generates=False, calibrated=True, missing=int8_missing
+        torch.float32,
+        int8_native,
+        generates=False,
+        calibrated=True,
+        missing=int8_missing,
+        speedup=int8_speedup,
     ),
 }
 # The job file's vocabulary is these names plus "auto" (a choice among them, see `choose`).

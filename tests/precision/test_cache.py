@@ -1,26 +1,45 @@
-""" "auto" is the default, measured once per machine and kept in the user's cache folder; the
-quality gate still runs on every output folder's first run, with that job's rows."""
+""" "auto" from the first run: fp32 scores the gate's rows first, a faster precision is tried
+only where it can pay for itself on the job, and what was measured is kept per machine (in a
+cache folder a process or a job can name) and corrected by later runs."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from batchscore.cli import main
 from batchscore.job.load import load_job
 from batchscore.job.sections import BatchingConfig, ModelConfig
-from batchscore.models.locate import locate
+from batchscore.models.locate import locate, model_identity
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.stages import sample_rows
-from batchscore.precision.cache import FILE, DecisionCache, user_cache_folder
+from batchscore.precision.auto import choose_auto, outlook
+from batchscore.precision.cache import (
+    FILE,
+    DecisionCache,
+    Entry,
+    Measured,
+    cache_folder,
+)
+from batchscore.precision.gate import Trial
 from batchscore.precision.int8_linear import int8_available
-from batchscore.precision.settle import expected_s, from_cache, soonest
+from batchscore.precision.settle import machine_key
+from batchscore.precision.table import available
+from tests.conftest import write_job
+from tests.models import tiny
+from tests.models.test_tensor import FEATURES, tabular_shards
 from tests.reliability import make_job
 
 AUTO = ["model.precision=auto", "batching.max_tokens=auto", "quality.sample_rows=24"]
+FAST = [p for p in available(torch.device("cpu")) if p != "fp32"]
+needs_int8 = pytest.mark.skipif(not int8_available(), reason="no int8 CPU kernels in this torch")
 
 
 @pytest.fixture
@@ -32,124 +51,267 @@ def entries(folder: Path) -> dict:
     return json.loads((folder / FILE).read_text())
 
 
+def reference(tokens_per_s: float = 10_000.0, load_s: float = 1.0) -> Trial:
+    """An fp32 pass over a 256-row sample of 50 padded tokens a row, as the gate would time it."""
+    return Trial(
+        "fp32",
+        {},
+        1.0,
+        256,
+        None,
+        None,
+        load_s=load_s,
+        tokens_per_s=tokens_per_s,
+        tokens_per_row=50.0,
+    )
+
+
 def test_auto_is_the_default_and_ray_jobs_default_to_a_fixed_setting(tmp_path: Path):
     assert ModelConfig(task="embed").precision == "auto"
     assert BatchingConfig().max_tokens == "auto"
     path = tmp_path / "job.toml"
-    path.write_text('engine = "ray"\n[input]\npath = "in"\n[model]\ntask = "embed"\n'
-                    '[output]\npath = "out"\n')  # fmt: skip
+    path.write_text(
+        'engine = "ray"\n[input]\npath = "in"\n[model]\ntask = "embed"\n[output]\npath = "out"\n'
+    )
     ray = load_job(path)
     assert ray.model.precision == "fp32" and ray.batching.max_tokens == 16384
 
 
-def test_a_second_output_folder_reuses_this_machines_measurement(job: Path, tmp_path: Path):
-    cache = DecisionCache(tmp_path / "cache")
-    first = run_job(load_job(job, AUTO), cache=cache)
-    measured = first["settled"]["precision"]
-    assert measured["why"].startswith("the fastest that passes the quality gate")
-    ((key, entry),) = entries(tmp_path / "cache").items()
-    assert "embed" in key and "torch" in key and entry["precision"] == measured["precision"]
-    assert entry["budgets"][measured["precision"]]["max_tokens"] > 0
-    second = run_job(load_job(job, [*AUTO, 'output.path="out2"']), cache=cache)
-    cached = second["settled"]["precision"]
-    assert cached["trials"] == entry["trials"]
-    assert cached["why"].startswith("cached on this machine")
-    assert second["settled"]["batching"]["max_tokens"] == first["settled"]["batching"]["max_tokens"]
-    if measured["precision"] == "fp32":
-        assert cached["precision"] == "fp32"
-    else:  # weighed for this job's 30 rows: the faster precision's gate against what it saves
-        fp32_s, other_s, _ = expected_s(entry, measured["precision"], 30, 24, adopts=True)
-        assert cached["precision"] == ("fp32" if fp32_s <= other_s else measured["precision"])
-        assert "is expected to finish first" in cached["why"]
-        if cached["precision"] != "fp32":  # the gate ran again, on this job's rows
-            assert "on this job's rows" in cached["why"] and cached["agreement"]
-    assert second["rows"] == 30
+def test_a_faster_precision_is_tried_only_where_it_pays_for_itself():
+    """The expected saving on the job's other rows against what trying costs: its load, int8's
+    calibration and its own pass over the sample."""
+    cpu = torch.device("cpu")
+    small = outlook(
+        "bf16",
+        cpu,
+        reference=reference(),
+        left_tokens=50 * 300,
+        best_speed=10_000,
+        known=Measured(speedup=2.0, load_s=1.0),
+    )
+    assert not small.worth_trying and small.saving_s == pytest.approx(0.75)
+    assert small.cost_s == pytest.approx(1.0 + 256 * 50 / 20_000)
+    large = outlook(
+        "bf16",
+        cpu,
+        reference=reference(),
+        left_tokens=50 * 10_000,
+        best_speed=10_000,
+        known=Measured(speedup=2.0, load_s=1.0),
+    )
+    assert large.worth_trying and large.saving_s == pytest.approx(25.0)
+    # int8's calibration (half the sample in fp32, then a bounded number of int8 passes) makes
+    # it the more expensive try: the same job may repay bf16 and not int8
+    mid = 50 * 1500
+    bf16 = outlook(
+        "bf16",
+        cpu,
+        reference=reference(),
+        left_tokens=mid,
+        best_speed=10_000,
+        known=Measured(speedup=1.6, load_s=1.0),
+    )
+    int8 = outlook(
+        "int8",
+        cpu,
+        reference=reference(),
+        left_tokens=mid,
+        best_speed=10_000,
+        known=Measured(speedup=1.6, load_s=1.0, calibrate_s=0.5),
+    )
+    assert bf16.worth_trying and not int8.worth_trying
+    assert int8.cost_s == pytest.approx(1.0 + 0.5 * 12.8 + 12_800 / 16_000)
+    guessed = outlook(
+        "int8", cpu, reference=reference(), left_tokens=mid, best_speed=10_000, known=None
+    )
+    assert guessed.guessed and "the device's guess" in guessed.describe()
 
 
-# Speeds as a machine might have measured them: int8 1.5x fp32's rows/s, and gating it costs
-# 1.24 s (the fp32 reference: load and a pass) + 3.16 s (int8's load, calibration and a pass).
-SPEEDS = {
-    "fp32": {"rows_per_s": 100.0, "load_s": 1.0, "cold_s": 0.24},
-    "int8": {"rows_per_s": 150.0, "load_s": 3.0, "cold_s": 0.16},
-}
-
-
-def test_expected_time_weighs_the_gate_against_the_rows():
-    entry = {"precision": "int8", "speeds": SPEEDS, "sample_rows": 24}
-    assert expected_s(entry, "int8", 100, 24) == pytest.approx((2.0, 4.4 + 100 / 150, 4.4))
-    fp32_s, int8_s, _ = expected_s(entry, "int8", 10_000, 48)  # twice the sample: twice the pass
-    assert (fp32_s, int8_s) == pytest.approx((101.0, 1.0 + 0.48 + 3.0 + 0.32 + 10_000 / 150))
-    converted = expected_s(entry, "int8", 100, 24, converts=True)  # int8: calibration only
-    assert converted == pytest.approx((2.0, 1.0 + 0.24 + 2.0 + 0.16 + 100 / 150, 3.4))
-    adopted = expected_s(entry, "int8", 100, 24, adopts=True)  # the sample is not scored again
-    assert adopted == pytest.approx((2.0, 4.4 + 76 / 150, 4.4))
-    assert expected_s({"speeds": {"fp32": SPEEDS["fp32"]}}, "int8", 100, 24)[0] is None
-
-
-def test_auto_weighs_every_precision_that_passed_for_the_jobs_rows(job: Path):
-    """bf16's gate is cheap and int8's calibration is not: a mid-sized job finishes first in
-    bf16 though int8 runs faster per row; only a large one pays int8's gate back."""
-    speeds = {**SPEEDS, "bf16": {"rows_per_s": 140.0, "load_s": 1.2, "cold_s": 0.17},
-              "int8": {"rows_per_s": 170.0, "load_s": 4.0, "cold_s": 0.14}}  # fmt: skip
-    entry = {"precision": "int8", "speeds": speeds, "sample_rows": 24}
-    settings = load_job(job, AUTO)
-    picks = {rows: soonest(settings, entry, "int8", rows, 24) for rows in (100, 1000, 100_000)}
-    assert [name for name, _ in picks.values()] == ["fp32", "bf16", "int8"]
-    why = picks[1000][1]
-    assert why.startswith("for 1,000 rows, bf16 is expected to finish first: fp32 in 11.0 s, ")
-    assert "bf16 in 9.6 s (2.6 s of it its quality gate)" in why
-    assert soonest(settings, {"precision": "int8"}, "int8", 100, 24) == ("int8", "")  # no speeds
-
-
-@pytest.mark.skipif(not int8_available(), reason="this torch build has no int8 CPU kernels")
-def test_auto_scores_a_small_job_in_fp32_and_gates_int8_for_a_large_one(job: Path):
-    settings = load_job(job, AUTO)
-    model_path, table = locate(settings.model), sample_rows(settings, 24)
-    budgets = {"int8": {"max_tokens": 4096, "why": "timed"}}
-    entry = {"precision": "int8", "trials": ["fp32: 100 rows/s", "int8: 150 rows/s"],
-             "speeds": SPEEDS, "sample_rows": 24, "budgets": budgets}  # fmt: skip
-    small, decision, chosen = from_cache(settings, model_path, table, entry, rows=100)
-    assert small.model.precision == "fp32" and chosen is None  # no gate: fp32 is the reference
-    assert "for 100 rows, fp32 is expected to finish first" in decision["precision"]["why"]
-    assert small.batching.max_tokens == 4096  # the budget timed for int8, the nearest measured
-    large, decision, chosen = from_cache(settings, model_path, table, entry, rows=10_000)
-    assert large.model.precision == "int8" and chosen is not None
-    why = decision["precision"]["why"]
-    assert "for 10,000 rows, int8 is expected to finish first" in why
-    assert "on this job's rows: int8 passes the quality gate" in why
-
-
-def test_a_cached_precision_that_fails_this_jobs_gate_is_measured_again(job: Path, tmp_path):
-    cache = DecisionCache(tmp_path / "cache")
-    run_job(load_job(job, AUTO), cache=cache)
-    ((key, entry),) = entries(tmp_path / "cache").items()
-    budgets = {"int8": {"max_tokens": 4096, "why": "test"}}
-    entry.pop("speeds", None)  # as a cache kept before speeds were: int8 is gated, not weighed
-    cache.put(key, {**entry, "precision": "int8", "budgets": budgets})
-    strict = [*AUTO, "quality.min_cosine=1.0", "quality.min_agreement=1.0", 'output.path="o3"']
-    report = run_job(load_job(job, strict), cache=cache)
+def test_a_small_job_scores_in_fp32_and_measures_nothing_beyond_the_gate_pass(job: Path):
+    report = run_job(load_job(job, AUTO), cache=DecisionCache(None))
     decision = report["settled"]["precision"]
-    assert not decision.get("cached") and decision["precision"] == "fp32"  # measured afresh
+    assert report["precision"] == "fp32" and report["rows"] == 30
+    assert report["from_gate"] == 24  # the gate's fp32 pass is the run's own work
+    assert decision["why"].startswith("for 30 rows, the fastest that passes the quality gate")
+    assert len(decision["trials"]) == 1 + len(FAST)
+    assert all(": not tried (" in line for line in decision["trials"][1:])
+
+
+@needs_int8
+def test_a_large_job_tries_int8_and_the_next_job_weighs_what_was_measured(job, tmp_path):
+    cache = DecisionCache(tmp_path / "cache")
+    settings = load_job(job, AUTO)
+    model_path = locate(settings.model)
+    table = sample_rows(settings, 24)
+    first = choose_auto(settings, model_path, table, rows=10**7, known={}, unusable={})
+    assert "int8" in first.measured, first.record["trials"]
+    kept = first.measured["int8"]
+    assert kept.speedup > 0 and kept.calibrate_s > 0
+    key = machine_key(settings, model_identity(model_path))
+    cache.learn(key, first.measured)
+    assert DecisionCache(tmp_path / "cache").get(key) == Entry(first.measured, {}, kept_at(cache))
+    # a later small job weighs int8 by this machine's measurement, and does not try it
+    later = choose_auto(settings, model_path, table, rows=40, known=first.measured, unusable={})
+    assert "int8: not tried" in later.record["trials"][1]
+    assert "measured here before" in later.record["trials"][1]
+    assert later.chosen.precision == "fp32" and later.measured == {}
+
+
+def kept_at(cache: DecisionCache) -> str:
+    return next(iter(json.loads(cache.path.read_text()).values()))["measured_at"]
+
+
+@needs_int8
+def test_a_model_int8_cannot_quantize_is_moved_past_and_remembered(tmp_path: Path):
+    """A TorchScript model hides its Linear layers: "auto" moves on to fp32 and keeps why,
+    so the next job does not try again (a fixed int8 stays the model's error, exit 4)."""
+    _, files = tiny.mlp_files(tmp_path / "mlp")
+    tabular_shards(tmp_path / "in")
+    script = write_job(
+        tmp_path / "script.toml",
+        input={"path": "in", "id": "id", "features": list(FEATURES)},
+        model={"task": "tensor", "path": str(files["torchscript"]), "precision": "auto"},
+        quality={"sample_rows": 16},
+        output={"path": "out"},
+        tensor={"output": "class"},
+    )
+    settings = load_job(script)
+    model_path = locate(settings.model)
+    table = sample_rows(settings, 16)
+    known = {"int8": Measured(speedup=50.0, load_s=0.0)}  # as if int8 surely paid: it is tried
+    auto = choose_auto(settings, model_path, table, rows=10**7, known=known, unusable={})
+    assert auto.chosen.precision == "fp32"
+    assert "found no torch.nn.Linear layer" in auto.unusable["int8"]
+    assert any(line.startswith("int8: cannot run this model") for line in auto.record["trials"])
+    again = choose_auto(
+        settings, model_path, table, rows=10**7, known=known, unusable=auto.unusable
+    )
+    assert len(again.record["trials"]) == 1  # int8 is not even weighed
+    cache = DecisionCache(tmp_path / "cache")
+    key = machine_key(settings, model_identity(model_path))
+    cache.put(key, Entry(known))
+    report = run_job(settings, cache=cache)  # the default precision, end to end: exit 0
+    assert report["precision"] == "fp32" and report["rows"] == 120
+    assert "int8" in cache.get(key).unusable
+
+
+def damaged_entries() -> st.SearchStrategy:
+    scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+    values = st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+        ),
+        max_leaves=8,
+    )
+    measured = st.dictionaries(st.sampled_from(["int8", "bf16", "x"]), values, max_size=2)
+    return values | st.fixed_dictionaries(
+        {"format": st.sampled_from([2, 1, "2"]), "measured": measured | values},
+        optional={"unusable": values, "measured_at": values},
+    )
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=damaged_entries())
+def test_a_cache_entry_of_any_shape_is_used_or_ignored_never_a_crash(tmp_path: Path, data, caplog):
+    folder = tmp_path / "cache"
+    folder.mkdir(exist_ok=True)
+    (folder / FILE).write_text(json.dumps({"key": data}))
+    with caplog.at_level(logging.WARNING, logger="batchscore"):
+        caplog.clear()
+        entry = DecisionCache(folder).get("key")
+    if entry is None:
+        assert "does not validate" in caplog.text
+    else:
+        for measured in entry.measured.values():
+            assert measured.speedup > 0 and measured.load_s >= 0
+        assert all(isinstance(v, str) for v in entry.unusable.values())
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[1, 2]",
+        '{"k": "fast"}',
+        '{"k": {"format": 2, "measured": {"int8": {"speedup": "fast", "load_s": 1}}}}',
+        '{"k": {"format": 2, "measured": {"int8": {"speedup": -1, "load_s": 1}}}}',
+        '{"k": {"format": 2, "measured": [], "unusable": {}}}',
+        "not json at all",
+    ],
+)
+def test_a_damaged_cache_is_a_warning_and_a_cold_run(job: Path, tmp_path: Path, content, caplog):
+    settings = load_job(job, AUTO)
+    key = machine_key(settings, model_identity(locate(settings.model)))
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / FILE).write_text(content.replace('"k"', json.dumps(key)))
+    with caplog.at_level(logging.WARNING, logger="batchscore"):
+        report = run_job(settings, cache=DecisionCache(folder))
+    assert report["rows"] == 30 and report["precision"] == "fp32"
+    assert "measuring again" in caplog.text
+
+
+def test_an_unwritable_cache_folder_is_a_warning_not_an_error(job: Path, tmp_path: Path, caplog):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would be")
+    cache = DecisionCache(blocker / "batchscore")
+    with caplog.at_level(logging.WARNING, logger="batchscore"):
+        cache.put("key", Entry({"int8": Measured(speedup=1.5, load_s=1.0)}))
+    assert "cannot keep what was measured" in caplog.text
+    report = run_job(load_job(job, AUTO), cache=cache)
     assert report["rows"] == 30
 
 
-def test_check_shows_the_cached_table_and_refresh_measures_again(job: Path, tmp_path: Path):
+def test_the_cache_folder_is_named_for_a_job_a_process_or_the_user(tmp_path: Path):
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
+    assert cache_folder(env) == tmp_path / "xdg/batchscore"
+    assert cache_folder({"HOME": str(tmp_path / "home")}) == tmp_path / "home/.cache/batchscore"
+    process = {**env, "BATCHSCORE_CACHE_DIR": str(tmp_path / "volume")}
+    assert cache_folder(process) == tmp_path / "volume"
+    assert cache_folder(process, str(tmp_path / "job-cache")) == tmp_path / "job-cache"
+
+
+@needs_int8
+def test_a_run_corrects_a_ratio_the_cache_holds_from_a_busy_moment(job: Path, tmp_path: Path):
+    """A cache that overstates int8 (measured while fp32 ran on a busy machine, say) sends the
+    next run to try int8; that run measures the truth and keeps it."""
+    settings = load_job(job, [*AUTO, "quality.sample_rows=8"])
+    key = machine_key(settings, model_identity(locate(settings.model)))
+    cache = DecisionCache(tmp_path / "cache")
+    cache.put(key, Entry({"int8": Measured(speedup=40.0, load_s=0.0, calibrate_s=0.0)}))
+    report = run_job(settings, cache=cache)
+    assert report["rows"] == 30
+    assert not report["settled"]["precision"]["trials"][1].startswith("int8: not tried")
+    kept = cache.get(key).measured["int8"]
+    assert 0.3 < kept.speedup < 10  # what this machine ran, not the 40x it was told
+
+
+def test_check_measures_every_precision_shows_what_was_kept_and_exports_it(job, tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    folder = user_cache_folder(env)
     args = ["check", str(job), *[a for s in AUTO for a in ("--set", s)]]
-    measured = CliRunner(env=env).invoke(main, args)
-    assert measured.exit_code == 0, measured.output
-    stamp = entries(folder)
-    shown = CliRunner(env=env).invoke(main, args)
-    assert shown.exit_code == 0 and "cached on this machine" in shown.output
-    assert entries(folder) == stamp  # shown, not measured
-    refreshed = CliRunner(env=env).invoke(main, [*args, "--refresh"])
-    assert refreshed.exit_code == 0 and "cached on this machine" not in refreshed.output
+    first = CliRunner(env=env).invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert "measured on this machine before" not in first.output
+    assert len([line for line in first.output.splitlines() if line.startswith("  ")]) >= 1
+    again = CliRunner(env=env).invoke(main, [*args, "--export", str(tmp_path / "ship.json")])
+    assert again.exit_code == 0, again.output
+    shipped = json.loads((tmp_path / "ship.json").read_text())
+    ((key, entry),) = shipped.items()
+    assert entry["format"] == 2 and set(entry["measured"]) == set(FAST)
+    if FAST:
+        assert "measured on this machine before" in again.output
+    # the exported file, placed as a container's cache, is what a fresh process reads
+    image = tmp_path / "image-cache"
+    image.mkdir()
+    (image / FILE).write_text((tmp_path / "ship.json").read_text())
+    assert DecisionCache(cache_folder({"BATCHSCORE_CACHE_DIR": str(image)})).get(key) is not None
 
 
-def test_the_command_line_keeps_decisions_in_xdg_cache_home(job: Path, tmp_path: Path):
-    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+def test_the_command_line_keeps_decisions_in_the_named_cache_folder(job: Path, tmp_path: Path):
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "BATCHSCORE_CACHE_DIR": str(tmp_path / "vol")}
     sets = [a for s in AUTO for a in ("--set", s)]
-    result = CliRunner(env=env).invoke(main, ["run", str(job), "--progress", "off", *sets])
+    result = CliRunner(env=env).invoke(main, ["check", str(job), "--refresh", *sets])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "xdg/batchscore" / FILE).is_file()
+    assert (tmp_path / "vol" / FILE).is_file() and not (tmp_path / "xdg").exists()

@@ -21,7 +21,7 @@ from batchscore.models.locate import locate
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.runtimes import openvino_missing
 from batchscore.pipeline.stages import sample_rows
-from batchscore.precision.choose import BUDGETS
+from batchscore.precision.auto import choose_auto
 from batchscore.precision.gate import judge, trial
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.settle import machine_key
@@ -70,8 +70,8 @@ def test_auto_precision_picks_the_fastest_that_passes(job: Path):
     report = run_job(load_job(job, ["model.precision=auto", "quality.sample_rows=40"]))
     decision = report["settled"]["precision"]
     assert decision["precision"] in ["fp32", *FAST] and report["precision"] == decision["precision"]
-    assert len(decision["trials"]) == 1 + len(FAST)
-    assert decision["why"].startswith("the fastest that passes the quality gate")
+    assert len(decision["trials"]) == 1 + len(FAST)  # each one tried, or said why not
+    assert decision["why"].startswith("for 90 rows, the fastest that passes the quality gate")
 
 
 @pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
@@ -96,17 +96,22 @@ def test_int8_that_cannot_keep_the_promise_fails_the_gate_not_the_model(job: Pat
     with pytest.raises(QualityGateError, match="with any Linear layer in int8") as caught:
         run_job(load_job(job, ["model.precision=int8", *strict]))
     assert caught.value.exit_code == 8
+    settings = load_job(job, ["model.precision=auto", *strict])
+    table = sample_rows(settings, 40)
+    # a job large enough that int8 is tried
+    auto = choose_auto(settings, locate(settings.model), table, rows=10**7, known={}, unusable={})
+    assert auto.chosen.precision == "fp32"
+    assert any(t.startswith("int8: fails the quality gate") for t in auto.record["trials"])
     report = run_job(load_job(job, ["model.precision=auto", *strict, 'output.path="auto"']))
-    trials = report["settled"]["precision"]["trials"]
     assert report["precision"] == "fp32" and report["rows"] == 90
-    assert any(t.startswith("int8: fails the quality gate") for t in trials)
 
 
-def test_auto_budget_is_measured_and_used(job: Path):
+def test_auto_budget_comes_from_the_models_shape(job: Path):
     report = run_job(load_job(job, ["batching.max_tokens=auto", "quality.sample_rows=40"]))
     choice = report["settled"]["batching"]
-    assert choice["max_tokens"] in BUDGETS["cpu"] and "tokens/s" in choice["why"]
-    assert report["rows"] == 90
+    # MiniLM (hidden 384, FFN 1536, 12 heads) at max_length 64: 12 KiB a token, 128 MiB a batch
+    assert choice["max_tokens"] == 8192 and "from the model's shape" in choice["why"]
+    assert report["rows"] == 90 and report["from_gate"] == 40  # the fp32 pass was the run's
 
 
 def test_repeated_inputs_are_scored_once(tmp_path: Path, small_corpus):
