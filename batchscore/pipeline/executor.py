@@ -19,7 +19,7 @@ from batchscore.job.sections import ModelConfig
 from batchscore.models.bert import BertEncoder
 from batchscore.models.bert_openvino import openvino_bert
 from batchscore.pipeline.packing import pack_linears
-from batchscore.pipeline.runtimes import openvino_wanted
+from batchscore.pipeline.runtimes import check_runtime_device, openvino_wanted
 from batchscore.pipeline.threads import available_cores
 from batchscore.precision.table import check_precision, precision
 
@@ -69,6 +69,7 @@ class Executor:
 
     def __init__(self, model: ModelConfig) -> None:
         self.device = resolve_device(model.device)
+        check_runtime_device(model, self.device.type)
         check_precision(model.precision, self.device)
         self.precision = model.precision
         self.dtype = precision(model.precision).dtype
@@ -105,7 +106,7 @@ class Executor:
         native BERT encoder on OpenVINO where the runtime says (`batchscore.pipeline.runtimes`);
         compile when the job asks (`[model].compile`), else pack float32 CPU Linear weights for
         oneDNN (`batchscore.pipeline.packing`). `prepared` keeps the module before inductor."""
-        module = module.to(device=self.device, dtype=self.dtype).eval()
+        module = self.place(module).eval()
         module.requires_grad_(False)
         if self.openvino and not precision(self.precision).calibrated:
             module = self.to_openvino(module)  # int8's goes once calibrated (`calibrated`)
@@ -113,6 +114,20 @@ class Executor:
             pack_linears(module)  # the layers left in torch (a stack's Dense head, say)
         self.prepared.append(module)
         return inductor(module) if self.compile else module
+
+    def place(self, module: torch.nn.Module) -> torch.nn.Module:
+        """The module cast and moved to the device; a GPU without room for its weights is the
+        model's problem (exit 4) with the figures to act on, not a traceback."""
+        try:
+            return module.to(device=self.device, dtype=self.dtype)
+        except torch.OutOfMemoryError as exc:
+            self.release_memory()
+            size = sum(p.numel() * p.element_size() for p in module.parameters()) / 2**30
+            raise ModelError(
+                f"the model's weights ({size:.1f} GiB at {self.precision}) do not fit in the "
+                f"free memory of {self.device} ({exc}): free the device, choose a smaller "
+                'precision, or set [model].device = "cpu"'
+            ) from exc
 
     def calibrated(self, module: torch.nn.Module) -> None:
         """``module``, a prepared model whose Linear layers int8 calibration has just chosen,

@@ -11,6 +11,7 @@ from batchscore.models.locate import locate
 from batchscore.models.tasks import check_model, check_outputs, generates, input_kinds
 from batchscore.output.pending import check_where
 from batchscore.pipeline.executor import resolve_device
+from batchscore.pipeline.runtimes import check_runtime_device
 from batchscore.pipeline.shards import check_columns, find_shards, open_shard
 from batchscore.precision.table import check_precision
 from batchscore.storage import open_store
@@ -64,6 +65,7 @@ def preflight(job: Job) -> list[str]:
         problems.append(str(exc))
     try:
         device = resolve_device(job.model.device)
+        check_runtime_device(job.model, device.type)
         check_precision(job.model.precision, device)
         facts.append(f"device: {device}, precision {job.model.precision}")
     except BatchscoreError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import platform
 
+from batchscore.errors import JobError
 from batchscore.job.sections import ModelConfig
 
 ON_OPENVINO = ("fp32", "bf16", "int8")  # the precisions whose loads OpenVINO takes
@@ -42,6 +43,17 @@ def runtime_problem(model: ModelConfig) -> str | None:
     if model.compile:
         return '"openvino" and [model].compile = true both compile the model; choose one'
     return openvino_missing()
+
+
+def check_runtime_device(model: ModelConfig, device_type: str) -> None:
+    """Refuse `[model].runtime = "openvino"` where the device resolved to a GPU: "auto" on a
+    machine with CUDA would otherwise run torch on the GPU while the job asked for OpenVINO."""
+    if model.runtime == "openvino" and device_type != "cpu":
+        raise JobError(
+            f'[model].runtime = "openvino" runs on the CPU, and [model].device = '
+            f'"{model.device}" is {device_type} on this machine; set device = "cpu" to run '
+            'OpenVINO, or runtime = "auto" to run on the GPU'
+        )
 
 
 def openvino_wanted(model: ModelConfig, *, cpu: bool, precision: str) -> bool:

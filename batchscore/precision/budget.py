@@ -143,8 +143,9 @@ def probe(chosen: Trial, encoded: Any, budget: int, *, max_rows: int, floor: int
         copies = int(np.ceil(budget / max(int(sizes.sum()), 1)))
         units = np.tile(np.arange(len(sizes)), copies)
         cut = batches(encoded, units, budget, max_rows=max_rows, sort=task.bucketing)
+        fullest = max(cut, key=lambda b: len(b) * int(sizes[b].max()))
         try:
-            executor.run(lambda b=cut[0]: task.forward(encoded, b))
+            executor.run(lambda: task.forward(encoded, fullest))
             return budget
         except Exception as exc:
             if not is_out_of_memory(exc) or budget // 2 < floor:

@@ -80,6 +80,9 @@ def calibrate_on(job: Job, task: Task, executor: Executor, sample: pa.Table | No
     gate then measures on the whole sample, half of it unseen by the calibration."""
     if sample is None:
         sample = sample_rows(job, job.quality.sample_rows)
+    if sample.num_rows == 0:  # no row of the job passes `where`: the model will score none
+        executor.quantization = "not calibrated: no input row to score"
+        return
     calibrate(job, task, executor, sample.take(np.arange(0, sample.num_rows, 2)))
 
 

@@ -1,0 +1,59 @@
+"""Settling a job with nothing to measure: every row filtered out, or every shard empty. The
+default precision and budget have no row to gate or time on, and the job still completes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from batchscore.cli import main
+
+
+def default_job(folder: Path, where: str | None = None) -> Path:
+    """An embed job with no precision or budget key: both "auto", as users write them."""
+    job = folder / "job.toml"
+    filter_line = f"where = {json.dumps(where)}\n" if where else ""
+    job.write_text(
+        f'[input]\npath = "in"\ntext = "text"\nid = "doc_id"\n{filter_line}'
+        '[model]\ntask = "embed"\nmax_length = 64\n[output]\npath = "out"\n'
+    )
+    return job
+
+
+def run(job: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["run", str(job), "--progress", "off"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("precision", ["auto", "int8", "fp32"])
+def test_a_where_that_keeps_no_row_completes_the_job(tmp_path: Path, small_corpus, precision):
+    (tmp_path / "in").mkdir()
+    for i in range(2):
+        pq.write_table(small_corpus.slice(i * 10, 10), tmp_path / f"in/s{i}.parquet")
+    job = default_job(tmp_path, where="length(text) < 0")
+    if precision != "auto":
+        job.write_text(job.read_text().replace("max_length = 64", f'precision = "{precision}"'))
+    code, output = run(job)
+    assert code == 0, output
+    assert (tmp_path / "out/_SUCCESS").is_file()
+    assert len(list((tmp_path / "out/_batchscore/done").glob("*.json"))) == 2
+    settled = json.loads((tmp_path / "out/_batchscore/settled.json").read_text())
+    assert "no input row to measure on" in settled["precision"]["why"]
+
+
+def test_a_folder_of_empty_shards_completes_the_job(tmp_path: Path, small_corpus):
+    (tmp_path / "in").mkdir()
+    for i in range(3):
+        pq.write_table(small_corpus.slice(0, 0), tmp_path / f"in/s{i}.parquet")
+    code, output = run(default_job(tmp_path))
+    assert code == 0, output
+    assert (tmp_path / "out/_SUCCESS").is_file()
+    data = [pq.read_table(p) for p in (tmp_path / "out").glob("*.parquet")]
+    assert len(data) == 3 and sum(t.num_rows for t in data) == 0
+    assert all(t.schema.field("embedding").type == pa.list_(pa.float32(), 384) for t in data)
