@@ -14,7 +14,8 @@ uploaded in one piece to its final key. Two cautions that shape the code:
   aborted: give the bucket a lifecycle rule that aborts incomplete uploads after a day.
 
 The lock is local (see `batchscore.output.lock`): it guards a job on one machine, not across
-machines.
+machines. It lives with the staged files in this user's private folder under the temp folder
+(`batchscore.storage.private`), checked before the lock is opened.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import pyarrow.fs as pafs
 
 from batchscore.errors import WriteError
 from batchscore.storage.fs import to_url
+from batchscore.storage.private import private_folder, private_root
 from batchscore.storage.retry import Retry
 
 UPLOADERS = 16  # a group commit's records: each is a request, so a few go at once
@@ -44,8 +44,7 @@ def local_folder(url: str) -> Path:
     Keyed by the output URL, so every run of one job on this machine meets the same lock.
     """
     digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
-    uid = os.getuid() if hasattr(os, "getuid") else "user"
-    return Path(tempfile.gettempdir()) / f"batchscore-{uid}" / digest
+    return private_root() / digest
 
 
 class ObjectStore:
@@ -53,22 +52,24 @@ class ObjectStore:
 
     def __init__(self, url: str, fs: pafs.FileSystem, base: str, retry: Retry) -> None:
         self.url, self.fs, self.base, self.retry = url.rstrip("/"), fs, base, retry
-        local = local_folder(self.url)
-        self.staging = local / "tmp"
-        self.lock_path = local / "lock"
+        self.local = local_folder(self.url)
+        self.staging = self.local / "tmp"
+        self.lock_path = self.local / "lock"
 
     def key(self, rel: str) -> str:
         return f"{self.base}/{rel}".rstrip("/")
 
     def check(self) -> None:
-        """Nothing to check without writing: a key that cannot be written fails its first
-        upload with a `WriteError` naming it."""
+        """This machine's private folder for the output, made or found safe before the lock in
+        it is opened (`private_folder`). The bucket is not asked: a key that cannot be written
+        fails its first upload with a `WriteError` naming it."""
+        private_folder(self.local)
 
     def where(self, rel: str) -> str:
         return to_url(self.url, self.key(rel))
 
     def prepare(self, *rel_dirs: str) -> None:
-        self.staging.mkdir(parents=True, exist_ok=True)  # prefixes need no creating
+        private_folder(self.staging)  # prefixes need no creating
 
     def read_text(self, rel: str) -> str | None:
         def read() -> str | None:
