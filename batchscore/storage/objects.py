@@ -15,12 +15,15 @@ uploaded in one piece to its final key. Two cautions that shape the code:
 
 The lock is local (see `batchscore.output.lock`): it guards a job on one machine, not across
 machines. It lives with the staged files in this user's private folder under the temp folder
-(`batchscore.storage.private`), checked before the lock is opened.
+(`batchscore.storage.private`), checked before the lock is opened. Every request goes through
+the run's bounded retries; one that still fails transiently stops the run with exit 7, naming
+the URL (`batchscore.storage.retry.GiveUp`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +36,8 @@ import pyarrow.fs as pafs
 from batchscore.errors import WriteError
 from batchscore.storage.fs import to_url
 from batchscore.storage.private import private_folder, private_root
-from batchscore.storage.retry import Retry
+from batchscore.storage.retry import GiveUp, Retry
+from batchscore.storage.tail import TailFile, fetch_end
 
 UPLOADERS = 16  # a group commit's records: each is a request, so a few go at once
 
@@ -51,7 +55,7 @@ class ObjectStore:
     """An output "folder" that is a key prefix in a bucket."""
 
     def __init__(self, url: str, fs: pafs.FileSystem, base: str, retry: Retry) -> None:
-        self.url, self.fs, self.base, self.retry = url.rstrip("/"), fs, base, retry
+        self.url, self.fs, self.base, self.retry = url.rstrip("/"), fs, base, GiveUp(retry)
         self.local = local_folder(self.url)
         self.staging = self.local / "tmp"
         self.lock_path = self.local / "lock"
@@ -62,7 +66,8 @@ class ObjectStore:
     def check(self) -> None:
         """This machine's private folder for the output, made or found safe before the lock in
         it is opened (`private_folder`). The bucket is not asked: a key that cannot be written
-        fails its first upload with a `WriteError` naming it."""
+        fails its first upload with a `WriteError` naming it, an unreachable store its first
+        request with a `TransientIOError`."""
         private_folder(self.local)
 
     def where(self, rel: str) -> str:
@@ -97,7 +102,12 @@ class ObjectStore:
         return info.size if info.type == pafs.FileType.File else None
 
     def open_input(self, rel: str) -> Any:
-        return self.retry.call(lambda: self.fs.open_input_file(self.key(rel)), self.where(rel))
+        """The object's end, fetched with retries, as a file of its size (`TailFile`): a
+        footer read through it makes no request that could fail unretried."""
+        size = self.size(rel)
+        if size is None:
+            raise FileNotFoundError(errno.ENOENT, "no such object", self.where(rel))
+        return TailFile(fetch_end(size, lambda count: self.tail(rel, count)), size)
 
     def tail(self, rel: str, count: int) -> bytes:
         def read() -> bytes:

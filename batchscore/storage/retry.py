@@ -3,7 +3,9 @@
 An error is transient when it says nothing about the data: a local errno such as EIO or a
 timeout, or an object store's network, throttling or server error (which pyarrow reports
 without an errno). Corrupt data, a missing key or a denied request is never retried. One
-`Retry` serves a run: it counts the retries for the run report.
+`Retry` serves a run: it counts the retries for the run report. An output store gives up
+through `GiveUp`: a transient error that outlasts the retries stops the run with the package's
+`TransientIOError` (exit 7: run again later) naming the URL, never a bare `OSError`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from batchscore.errors import TransientIOError
 
 log = logging.getLogger("batchscore")
 T = TypeVar("T")
@@ -75,3 +79,24 @@ class Retry:
                 if not self.again(exc, attempt, what):
                     raise
                 attempt += 1
+
+
+class GiveUp:
+    """A run's `Retry` for one output store: the same tries (counted in the run's `Retry`),
+    then a transient error that outlasted them becomes `TransientIOError` naming the URL. Any
+    other error passes as it is, for the caller to judge (a missing file, a denied request)."""
+
+    def __init__(self, retry: Retry) -> None:
+        self.retry = retry
+
+    def call(self, fn: Callable[[], T], what: str) -> T:
+        """``fn()``, tried again on transient errors; ``what`` is the URL it works on."""
+        try:
+            return self.retry.call(fn, what)
+        except OSError as exc:
+            if not is_transient(exc):
+                raise
+            raise TransientIOError(
+                f"{what}: the object store did not answer after {self.retry.attempts} tries "
+                f"({exc}); nothing was lost: run again once it is reachable"
+            ) from exc
