@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "batchscore"
 # `import batchscore` stays cheap. Anywhere else an import inside a function would be a cycle
 # dodged, not a cost saved.
 LAZY_ALLOWED = {"batchscore.cli", "batchscore"}
-MAX_LINES = 300
+MAX_LINES = 400  # a module past this is a question to ask (STYLE.md), not a number to squeeze under
 
 
 def module_name(path: Path) -> str:
