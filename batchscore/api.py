@@ -36,7 +36,7 @@ from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
 from batchscore.pipeline.shards import check_columns
-from batchscore.precision.cache import DecisionCache, user_cache_folder
+from batchscore.precision.cache import DecisionCache, cache_folder
 from batchscore.precision.load import load_at
 from batchscore.precision.settle import settle
 
@@ -78,7 +78,7 @@ def run(
     if progress not in (None, "bar", "log", "off"):
         raise JobError(f'run(): progress: expected "bar", "log" or "off", got {progress!r}')
     try:
-        cache = DecisionCache(user_cache_folder(os.environ))
+        cache = DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir))
         report = run_job(loaded, restart=restart, progress=progress or "off", cache=cache)
     except ShardsFailedError as exc:
         exc.report = RunReport.of(exc.report)
@@ -244,7 +244,7 @@ def load(job: Job, table: pa.Table) -> Ready:
             LOADED.move_to_end(key)
             return LOADED[key]
         sample = table.slice(0, job.quality.sample_rows)
-        cache = DecisionCache(user_cache_folder(os.environ))
+        cache = DecisionCache(cache_folder(os.environ, job.quality.cache_dir))
         files, rows = model_identity(model_path), table.num_rows
         concrete, _, chosen = settle(
             job, model_path, None, sample, cache=cache, model_files=files, rows=rows

@@ -129,7 +129,7 @@ def run(
                 progress=progress,
                 accept_quality=accept_quality,
                 metrics_file=Path(metrics_file) if metrics_file else None,
-                cache=DecisionCache(cache_folder(os.environ)),
+                cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
             )
     except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
         click.echo(summary(exc.report))
@@ -194,7 +194,7 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
 
     loaded = load(job, overrides)
     path = locate(loaded.model)
-    cache = DecisionCache(cache_folder(os.environ))
+    cache = DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir))
     files = model_identity(path)
     decision, passed, before = check_quality(
         loaded, path, cache=cache, model_files=files, refresh=refresh

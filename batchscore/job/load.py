@@ -145,6 +145,8 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
             )
         if inp.where is not None and (problem := where_problem(inp.where)):
             problems.append(f"{source}: [input].where: {problem}")
+    if quality and quality.cache_dir is not None:
+        quality = replace(quality, cache_dir=resolve(base, quality.cache_dir))
     if output:
         output = replace(output, path=resolve(base, output.path))
         if inp and (problem := overlap_problem(inp.path, output.path)):

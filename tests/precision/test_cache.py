@@ -315,3 +315,14 @@ def test_the_command_line_keeps_decisions_in_the_named_cache_folder(job: Path, t
     result = CliRunner(env=env).invoke(main, ["check", str(job), "--refresh", *sets])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "vol" / FILE).is_file() and not (tmp_path / "xdg").exists()
+
+
+def test_a_job_names_its_own_cache_folder_relative_to_its_file(job: Path, tmp_path: Path):
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "BATCHSCORE_CACHE_DIR": str(tmp_path / "vol")}
+    sets = [a for s in [*AUTO, 'quality.cache_dir="decisions"'] for a in ("--set", s)]
+    assert load_job(job, ['quality.cache_dir="decisions"']).quality.cache_dir == str(
+        job.parent / "decisions"
+    )
+    result = CliRunner(env=env).invoke(main, ["check", str(job), "--refresh", *sets])
+    assert result.exit_code == 0, result.output
+    assert (job.parent / "decisions" / FILE).is_file() and not (tmp_path / "vol").exists()
