@@ -7,12 +7,19 @@ from typing import Any
 import pyarrow as pa
 
 from batchscore.job.sections import Job
+from batchscore.pipeline.columns import canonical_schema
 from batchscore.version import __version__
 
 
 def output_schema(job: Job, carried: pa.Schema, task_columns: list[pa.Field]) -> pa.Schema:
-    """Carried columns (their first shard's types), the task's columns, then `error` if skipping."""
-    fields = [*carried, *task_columns]
+    """Carried columns, the task's columns, then `error` if skipping.
+
+    A carried column is written in the one layout of its kind (`canonical`: text as
+    ``string``, integers as ``int64``), not in its first shard's: shards of one folder written
+    by pyarrow, polars and pandas then share their data files' schema, and a run that meets its
+    shards in another order (the first one failed, say) writes the same one.
+    """
+    fields = [*canonical_schema(carried), *task_columns]
     if job.output.on_error == "skip":
         fields.append(pa.field("error", pa.string()))
     return pa.schema(fields)

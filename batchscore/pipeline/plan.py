@@ -28,9 +28,10 @@ from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.claim import conflict as claim_conflict
 from batchscore.output.fingerprint import identity
 from batchscore.output.pending import Chunk, pending_work
+from batchscore.pipeline.columns import gather
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens
-from batchscore.pipeline.shards import find_shards, open_shard
+from batchscore.pipeline.shards import Shard, find_shards, open_shard
 from batchscore.pipeline.stages import Window, input_columns, windows
 
 SAMPLE_ROWS = 50_000  # rows tokenized at most; above that, tokens are estimated from a sample
@@ -90,8 +91,7 @@ def plan_job(
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
     timing = min(1.0, timing_rows / to_read) if to_read else 0.0
     counts = count(job, todo.chunks, task_encoding, fraction, timing)
-    kept = [t for t in counts.timing_rows if t.num_rows]
-    timing_table = pa.concat_tables(kept) if kept else None
+    timing_table = gather([t for t in counts.timing_rows if t.num_rows])
     budget = job.batching.max_tokens if isinstance(job.batching.max_tokens, int) else None
     failing = {f["shard"] for f in todo.failures}  # unreadable footers: no row count
     planned = {
@@ -99,7 +99,7 @@ def plan_job(
         "output": job.output.path,
         "model": str(model_path),
         "shards": len(shards),
-        "input_rows": sum(open_shard(s).metadata.num_rows for s in shards if s.path not in failing),
+        "input_rows": input_rows(shards, failing),
         "rows_committed": todo.done_rows,
         "chunks_committed": todo.done_chunks,
         "chunks_to_score": len(todo.chunks),
@@ -117,6 +117,19 @@ def plan_job(
         "settled": ckpt.settled(),
     }
     return planned, timing_table
+
+
+def input_rows(shards: list[Shard], failing: set[str]) -> int:
+    """The rows the shards' footers count, but for those failing (an unreadable footer has no
+    count: the plan lists it among the failures)."""
+    rows = 0
+    for shard in shards:
+        if shard.path not in failing:
+            try:
+                rows += open_shard(shard).metadata.num_rows
+            except InputDataError:  # unreadable since the plan was made: counted as failing
+                continue
+    return rows
 
 
 def count(

@@ -2,7 +2,8 @@
 
 Rows are read one row group at a time with only the needed columns, so memory is bounded by the
 window, never by the shard. The run, the quality gate and int8 calibration all read rows here,
-so the same `where` holds everywhere.
+so the same `where` holds everywhere; every table comes out in one layout per kind of column
+(`pipeline.columns`), whatever wrote the shard.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from batchscore import faults
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.where import RowFilter, WhereError
 from batchscore.output.pending import Chunk
+from batchscore.pipeline.columns import normalized
 from batchscore.pipeline.shards import Shard, open_shard, read_error
 
 
@@ -27,6 +29,22 @@ def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> It
     An empty chunk yields one empty table, so every chunk reaches the writer and gets committed.
     """
     pf = open_shard(chunk.shard)
+    for table in chunk_tables(pf, chunk, columns, window_rows):
+        yield in_layout(chunk, table)
+
+
+def in_layout(chunk: Chunk, table: pa.Table) -> pa.Table:
+    """A table in the one layout every shard's rows share (`pipeline.columns`)."""
+    try:
+        return normalized(table)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InputDataError(f"{chunk.shard.path}: rows from {chunk.start}: {exc}") from exc
+
+
+def chunk_tables(
+    pf: pq.ParquetFile, chunk: Chunk, columns: tuple[str, ...], window_rows: int
+) -> Iterator[pa.Table]:
+    """A chunk's rows from its open shard, as `read_windows` streams them."""
     if chunk.rows == 0:
         yield pf.schema_arrow.empty_table().select(list(columns))
         return

@@ -211,7 +211,13 @@ def is_numeric(kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
 
 
+def is_text_or_nulls(kind: pa.DataType) -> bool:
+    """A text column, or one of nulls only: what pandas writes for a categorical with no
+    category (an empty frame's, say). Its rows are then each a null text: a row error."""
+    return is_text(kind) or pa.types.is_null(kind)
+
+
 KINDS = {
-    "text": (is_text, "a string column"),
+    "text": (is_text_or_nulls, "a string column"),
     "numeric": (is_numeric, "numbers or a list of numbers"),
 }

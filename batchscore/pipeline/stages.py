@@ -12,6 +12,7 @@ become batches, wherever they are cut.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -24,10 +25,13 @@ from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoded, Encoding, Task
 from batchscore.models.tasks import input_kinds
 from batchscore.output.pending import Chunk, chunks_of
+from batchscore.pipeline.columns import gather
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.reader import Rows, read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
-from batchscore.pipeline.shards import find_shards, open_shard
+from batchscore.pipeline.shards import Shard, check_columns, find_shards, open_shard
+
+log = logging.getLogger("batchscore")
 
 
 @dataclass
@@ -234,16 +238,54 @@ def encode_window(
 
 
 def sample_rows(job: Job, rows: int) -> pa.Table:
-    """The job's first ``rows`` input rows that pass `where` (only the columns a run reads),
-    across shards in order, read by the run's own reader."""
+    """The job's first ``rows`` input rows that pass `where`, across shards in order, read by
+    the run's own reader: the rows the quality gate, int8 calibration and the budget are
+    measured on, so only the task's columns.
+
+    A shard that cannot be read, whose columns do not fit the job, or whose rows cannot join
+    the others' is passed over: the run fails it alone, and measures on the rest.
+    """
     row_filter = RowFilter(job.input.where) if job.input.where is not None else None
-    columns = input_columns(job)
-    parts, count = [], 0
+    kinds = input_kinds(job.model.task, job.input, job.task)
+    columns = tuple(dict.fromkeys([*kinds, *(row_filter.columns if row_filter else ())]))
+    sample: pa.Table | None = None
     for shard in find_shards(job.input):
-        for chunk in chunks_of(shard, open_shard(shard).metadata.num_rows, job.output.chunk_rows):
-            for window in read_rows(chunk, columns, rows, row_filter):
-                parts.append(window.table.slice(0, rows - count))
-                count += parts[-1].num_rows
-                if count >= rows:
-                    return pa.concat_tables(parts)
-    return pa.concat_tables(parts) if parts else pa.table({c: [] for c in columns})
+        have = 0 if sample is None else sample.num_rows
+        if have >= rows:
+            break
+        try:
+            taken = first_rows(shard, kinds, columns, row_filter, rows=rows - have)
+        except InputDataError as exc:
+            log.debug("the measured sample passes over %s", exc)
+            continue
+        joined = gather([taken] if sample is None else [sample, taken])
+        if joined is None or joined.num_rows < have + taken.num_rows:
+            log.debug("the measured sample passes over %s: its columns differ", shard.path)
+            continue
+        sample = joined
+    if sample is not None:
+        return sample
+    return pa.table(
+        {c: pa.array([], pa.string() if k == "text" else pa.null()) for c, k in kinds.items()}
+    )
+
+
+def first_rows(
+    shard: Shard,
+    kinds: dict[str, str],
+    columns: tuple[str, ...],
+    row_filter: RowFilter | None,
+    *,
+    rows: int,
+) -> pa.Table:
+    """A shard's first ``rows`` rows that pass `where`, its task columns alone."""
+    footer = open_shard(shard)
+    check_columns(shard, footer.schema_arrow, columns, kinds)
+    taken, count = [], 0
+    for chunk in chunks_of(shard, footer.metadata.num_rows, max(rows, 1)):
+        for window in read_rows(chunk, columns, rows, row_filter):
+            taken.append(window.table.select(list(kinds)).slice(0, rows - count))
+            count += taken[-1].num_rows
+            if count >= rows:
+                return pa.concat_tables(taken)
+    return pa.concat_tables(taken)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import transformers
 from click.testing import CliRunner
@@ -116,3 +119,42 @@ def test_plan_command_gates_a_scheduler(embed_job: Path):
     assert data["tokens"]["exact"] and data["rows_to_score"] == 360
     over = runner.invoke(main, ["plan", str(embed_job), "--no-timing", "--max-tokens", "100"])
     assert over.exit_code == 12 and "over the limit" in over.stderr
+
+
+def relayout(path: Path, **columns: Callable[[pa.Array], pa.Array]) -> None:
+    """Write a shard again with some columns in another Arrow layout."""
+    table = pq.read_table(path)
+    for name, change in columns.items():
+        at = table.schema.get_field_index(name)
+        table = table.set_column(at, name, change(table[name].combine_chunks()))
+    pq.write_table(table, path, row_group_size=30)
+
+
+def test_a_plan_over_mixed_layouts_and_bad_shards_names_the_bad_ones(embed_job: Path):
+    """Text as string_view, large_string and dictionary, ids as strings in one layout or
+    another, one shard truncated and one with two columns named ``text``: the plan counts the
+    good shards' rows (every row, and a sample of them), times the model on rows drawn from
+    all of them, and lists the bad shards among its failures, as the run would fail them."""
+    folder = embed_job.parent / "in"
+    relayout(folder / "docs-000.parquet", text=lambda c: c.cast(pa.string_view()))
+    relayout(
+        folder / "docs-001.parquet",
+        text=lambda c: c.cast(pa.large_string()),
+        doc_id=lambda c: c.cast(pa.large_string()),
+        kind=lambda c: c.dictionary_encode(),
+    )
+    relayout(folder / "docs-002.parquet", text=lambda c: c.dictionary_encode())
+    good = pq.read_table(folder / "docs-000.parquet")
+    twice = pa.Table.from_arrays([*good.columns, good["text"]], [*good.column_names, "text"])
+    pq.write_table(twice, folder / "docs-003.parquet")
+    data = (folder / "docs-000.parquet").read_bytes()
+    (folder / "docs-004.parquet").write_bytes(data[: len(data) // 2])
+    for sample_rows in (50_000, 100):
+        where = ["input.where=\"kind <> 'x'\""]
+        planned = plan(load_job(embed_job, where), sample_rows=sample_rows)
+        assert planned["rows_to_score"] == 360
+        assert planned["estimate"]["rate"] > 0  # timed on rows of every layout
+        failures = {Path(f["shard"]).name: f["error"] for f in planned["failures"]}
+        assert sorted(failures) == ["docs-003.parquet", "docs-004.parquet"]
+        assert "column 'text' appears 2 times" in failures["docs-003.parquet"]
+        assert "not a readable Parquet file" in failures["docs-004.parquet"]

@@ -1,0 +1,52 @@
+"""The measured sample (`stages.sample_rows`): the job's first rows that pass `where`, the task's
+columns alone, in one layout, from the shards that can be read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from batchscore.job.load import load_job
+from batchscore.pipeline.stages import sample_rows
+from tests.conftest import write_job
+
+
+def shard(path: Path, first: int, text: pa.DataType, ids: pa.DataType) -> pa.Table:
+    words = [f"text {i}" for i in range(first, first + 4)]
+    table = pa.table(
+        {
+            "doc_id": pa.array(range(first, first + 4), ids),
+            "text": pa.array(words).cast(text),
+            "lang": ["en", "fr", "en", "en"],
+        }
+    )
+    pq.write_table(table, path, row_group_size=2)
+    return table
+
+
+def test_the_sample_passes_over_bad_shards_and_reads_one_layout(tmp_path: Path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shard(folder / "a.parquet", 0, pa.string(), pa.int32())
+    data = (folder / "a.parquet").read_bytes()
+    (folder / "a.parquet").write_bytes(data[: len(data) // 2])  # truncated: the first shard
+    twice = shard(folder / "b.parquet", 10, pa.string(), pa.int64())
+    names = [*twice.column_names, "text"]
+    pq.write_table(
+        pa.Table.from_arrays([*twice.columns, twice["text"]], names), folder / "b.parquet"
+    )
+    shard(folder / "c.parquet", 20, pa.large_string(), pa.int64())
+    shard(folder / "d.parquet", 30, pa.dictionary(pa.int8(), pa.string()), pa.int32())
+    shard(folder / "e.parquet", 40, pa.string_view(), pa.int64())
+    job = write_job(
+        tmp_path / "job.toml",
+        input={"path": "in", "text": "text", "id": "doc_id", "where": "lang = 'en'"},
+        model={"task": "embed", "max_length": 16},
+        output={"path": "out"},
+    )
+    sample = sample_rows(load_job(job), 7)
+    assert sample.schema == pa.schema([("text", pa.string())])  # what measuring needs, one layout
+    kept = [20, 22, 23, 30, 32, 33, 40]  # the rows in English, of the shards that can be read
+    assert sample["text"].to_pylist() == [f"text {i}" for i in kept]
