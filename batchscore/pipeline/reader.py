@@ -3,7 +3,8 @@
 Rows are read one row group at a time with only the needed columns, so memory is bounded by the
 window, never by the shard. The run, the quality gate and int8 calibration all read rows here,
 so the same `where` holds everywhere; every table comes out in one layout per kind of column
-(`pipeline.columns`), whatever wrote the shard.
+(`pipeline.columns`), whatever wrote the shard. A shard that changes while it is read fails
+(`shards.check_unchanged`), so no chunk mixes two versions of it.
 """
 
 from __future__ import annotations
@@ -20,17 +21,41 @@ from batchscore.errors import InputDataError, JobError
 from batchscore.job.where import RowFilter, WhereError
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.columns import normalized
-from batchscore.pipeline.shards import Shard, open_shard, read_error
+from batchscore.pipeline.shards import (
+    Shard,
+    ShardChangedError,
+    check_unchanged,
+    open_shard,
+    read_error,
+)
+from batchscore.storage.fs import is_url
 
 
 def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> Iterator[pa.Table]:
     """Stream a chunk's rows as tables of at most `window_rows`, reading only its row groups.
 
     An empty chunk yields one empty table, so every chunk reaches the writer and gets committed.
+    The shard must still be the file the run found (`check_unchanged`) when it is opened and
+    once its rows are read: the chunk's last table is held back until then, so a chunk is
+    complete, and can be committed, only with rows of the very version its record names.
     """
-    pf = open_shard(chunk.shard)
-    for table in chunk_tables(pf, chunk, columns, window_rows):
-        yield in_layout(chunk, table)
+    shard = chunk.shard
+    pf = open_shard(shard)
+    try:
+        if not is_url(shard.path):  # a stat here; an object store's is asked once, at the end
+            check_unchanged(shard)
+        held = None
+        for table in chunk_tables(pf, chunk, columns, window_rows):
+            if held is not None:
+                yield held
+            held = in_layout(chunk, table)
+        check_unchanged(shard)
+    except InputDataError as exc:
+        if not isinstance(exc, ShardChangedError):  # a read that failed because it changed
+            check_unchanged(shard, cause=exc)
+        raise
+    if held is not None:  # always: a chunk yields at least one (maybe empty) table
+        yield held
 
 
 def in_layout(chunk: Chunk, table: pa.Table) -> pa.Table:
@@ -55,6 +80,11 @@ def chunk_tables(
             groups.append(g)
             first = offset if first is None else first
         offset += n
+    if first is None:
+        raise InputDataError(
+            f"{chunk.shard.path}: has {offset} rows, too few for its rows {chunk.start}-"
+            f"{chunk.stop}"
+        )
     skip, remaining = chunk.start - first, chunk.rows
     pending: list[pa.RecordBatch] = []
     buffered = 0

@@ -148,6 +148,45 @@ def read_error(shard: Shard, what: str, exc: Exception) -> BatchscoreError:
     return InputDataError(f"{shard.path}: {what}: {exc}")
 
 
+class ShardChangedError(InputDataError):
+    """A shard is no longer the file the run found: its rows read since cannot be trusted to
+    be of one version, nor of the version its commit records would name."""
+
+
+def check_unchanged(shard: Shard, cause: Exception | None = None) -> None:
+    """Raise `ShardChangedError` when the shard's size or mtime differ from those the run found
+    it with, or it is gone (``cause``: the read error it explains, if any).
+
+    An object store's listing gives mtimes to the millisecond and its HEAD to the second, so
+    there they are compared to the second (a rewritten object also gets a new size, or a later
+    second, but for one written the same second at the same size).
+    """
+    try:
+        if is_url(shard.path):
+            fs, path = filesystem(shard.path)
+            info = shard.retry.call(lambda: fs.get_file_info(path), f"{shard.path}: checking")
+            found = (info.size, info.mtime_ns) if info.type == pafs.FileType.File else None
+        else:
+            stat = os.stat(shard.path)
+            found = (stat.st_size, stat.st_mtime_ns)
+    except FileNotFoundError:
+        found = None
+    except OSError as exc:
+        raise read_error(shard, "cannot check that it is unchanged", exc) from exc
+    then = (shard.size, shard.mtime_ns)
+    if found is not None and is_url(shard.path):
+        found, then = (found[0], found[1] // 10**9), (then[0], then[1] // 10**9)
+    if found == then:
+        return
+    how = "it is gone" if found is None else f"{then[0]} bytes then, {found[0]} now"
+    if found is not None and found[0] == then[0]:
+        how = "rewritten: same size, another modification time"
+    raise ShardChangedError(
+        f"{shard.path}: changed while the run read it ({how}); no chunk read from it since is "
+        "committed: run again to score it whole"
+    ) from cause
+
+
 def open_shard(shard: Shard) -> pq.ParquetFile:
     """Open a shard's footer, turning a corrupt file into an error that names it."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +17,14 @@ from batchscore.job.sections import InputConfig
 from batchscore.output.layout import shard_key
 from batchscore.output.pending import chunks_of
 from batchscore.pipeline.reader import read_windows
-from batchscore.pipeline.shards import check_columns, find_shards, open_shard
+from batchscore.pipeline.shards import (
+    Shard,
+    ShardChangedError,
+    check_columns,
+    check_unchanged,
+    find_shards,
+    open_shard,
+)
 
 
 def make(path: Path, rows: int, row_group_size: int = 7) -> Path:
@@ -138,3 +146,77 @@ def test_object_store_errors_are_transient_unless_about_the_data():
     assert not is_transient(OSError("AWS Error NO_SUCH_KEY during HeadObject operation"))
     assert not is_transient(OSError("Couldn't deserialize thrift: TProtocolException"))
     assert not is_transient(ValueError("AWS Error NETWORK_CONNECTION"))
+
+
+def found(path: Path) -> Shard:
+    """The shard as a run finds it, its file last written an hour ago (so a rewrite now gets
+    another mtime, whatever the file system's clock granularity)."""
+    hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(path, ns=(hour_ago, hour_ago))
+    return find_shards(InputConfig(path=(str(path),)))[0]
+
+
+def rewrite(path: Path, rows: int) -> None:
+    """The shard written again in place (same inode): other texts of the same length."""
+    table = pa.table({"id": list(range(rows)), "text": [f"ROW {i}" for i in range(rows)]})
+    pq.write_table(table, path, row_group_size=7)
+
+
+def test_a_shard_rewritten_between_chunks_fails_named(tmp_path: Path):
+    """Rewritten (same size, other texts) after its first chunk was read: the next chunk is
+    refused, naming the shard, rather than read from the new version under the old identity."""
+    path = make(tmp_path / "s.parquet", 20)
+    shard = found(path)
+    first, second = chunks_of(shard, 20, 10)
+    assert [t["id"].to_pylist() for t in read_windows(first, ("id",), 4)][-1] == [8, 9]
+    size = path.stat().st_size
+    rewrite(path, 20)
+    assert path.stat().st_size == size  # only the mtime tells
+    said = r"s\.parquet: changed while the run read it \(rewritten: same size, another mod"
+    with pytest.raises(ShardChangedError, match=said):
+        list(read_windows(second, ("text",), 4))
+
+
+def test_a_chunk_whose_shard_changes_while_it_is_read_never_completes(tmp_path: Path):
+    """The chunk's last rows are held back until the shard is found unchanged: a chunk read
+    partly from each version never reaches the writer whole, so it can never be committed."""
+    path = make(tmp_path / "s.parquet", 20)
+    (chunk,) = chunks_of(found(path), 20, 20)
+    tables = read_windows(chunk, ("text",), 4)
+    seen = [next(tables)["text"].to_pylist()]
+    rewrite(path, 20)
+    with pytest.raises(ShardChangedError):
+        seen += [t["text"].to_pylist() for t in tables]
+    assert sum(len(ids) for ids in seen) < chunk.rows  # the chunk never came out whole
+
+
+def test_a_shard_shortened_or_removed_mid_run_fails_named(tmp_path: Path):
+    """Shortened below a chunk the plan cut from its old footer (once a TypeError), or removed:
+    the shard fails, named, with what changed."""
+    path = make(tmp_path / "s.parquet", 30)
+    chunks = chunks_of(found(path), 30, 10)
+    rewrite(path, 5)
+    said = (
+        r"s\.parquet: changed while the run read it \(\d+ bytes then, \d+ now\); no chunk read "
+        "from it since is committed: run again to score it whole"
+    )
+    with pytest.raises(ShardChangedError, match=said):
+        list(read_windows(chunks[2], ("id",), 4))
+    path.unlink()
+    with pytest.raises(InputDataError, match=r"s\.parquet: "):
+        list(read_windows(chunks[0], ("id",), 4))
+
+
+def test_an_unchanged_shard_passes_and_a_failed_read_of_a_changed_one_says_it_changed(
+    tmp_path: Path,
+):
+    path = make(tmp_path / "s.parquet", 12)
+    shard = found(path)
+    check_unchanged(shard)  # as found: nothing to say
+    rewrite(path, 3)
+    with pytest.raises(ShardChangedError, match=r"\d+ bytes then, \d+ now") as info:
+        check_unchanged(shard, cause=InputDataError("ended 9 rows short"))
+    assert isinstance(info.value.__cause__, InputDataError)
+    path.unlink()
+    with pytest.raises(ShardChangedError, match=r"\(it is gone\)"):
+        check_unchanged(shard)
