@@ -112,6 +112,7 @@ def run(
     from pathlib import Path
 
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
+        from batchscore.observe.phases import process_start
         from batchscore.observe.report import summary
         from batchscore.pipeline.driver import run_job
         from batchscore.precision.cache import DecisionCache, cache_folder
@@ -130,6 +131,7 @@ def run(
                 accept_quality=accept_quality,
                 metrics_file=Path(metrics_file) if metrics_file else None,
                 cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
+                process_started=process_start(),
             )
     except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
         click.echo(summary(exc.report))

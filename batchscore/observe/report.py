@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from batchscore.observe.phases import describe, split
 from batchscore.observe.shape import Shape
 
 
@@ -32,7 +33,8 @@ class RunStats:
     chunks_already_done: int = 0
     rows_already_done: int = 0
     load_s: float = 0.0
-    tuning_s: float = 0.0
+    tuning_s: float = 0.0  # settling what the job left to measurement, adopted work included
+    phases: dict[str, float] = field(default_factory=dict)  # seconds by phase (`observe.phases`)
     model_busy_s: float = 0.0  # summed over model replicas
     replicas: int = 1  # models that ran side by side (Ray actors)
     actors_replaced: int = 0
@@ -61,6 +63,7 @@ class RunStats:
         counters = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "shape"}
         counters["timeline"] = {k: list(v) for k, v in self.timeline.items()}
         counters["shards"] = {path: dict(entry) for path, entry in self.shards.items()}
+        counters["phases"] = split(self.phases, self.wall_s)
         return {
             **counters,
             "shape": self.shape.to_json(),
@@ -136,6 +139,7 @@ def summary(report: dict[str, Any]) -> str:
             f"  model busy {report['model_busy_share']:.1%} of wall time; model load "
             f"{report['load_s']:.1f} s; {report['device']}, {report['precision']}"
             + (" on OpenVINO" if report.get("runtime") == "openvino" else ""),
+            *([f"  time: {describe(report['phases'])}"] if report.get("phases") else []),
             f"  chunks: {report['chunks_committed']} committed now, "
             f"{report['chunks_already_done']} already done ({report['rows_already_done']:,} rows)",
             *[f"  scored again: {r['why']}" for r in report.get("redone", [])],

@@ -60,6 +60,7 @@ def run_job(
     accept_quality: bool = False,
     metrics_file: Path | None = None,
     cache: DecisionCache | None = None,
+    process_started: float | None = None,
 ) -> dict[str, Any]:
     """Score every row of the job not yet committed; return the run report.
 
@@ -71,6 +72,8 @@ def run_job(
     whatever happens (unless the run found nothing to do), and so are the Prometheus metrics in
     ``metrics_file``. ``cache`` keeps what "auto" measured on this machine (see
     `batchscore.precision.cache`); None measures in every new output folder.
+    ``process_started``: when the process began, for a command whose process is the run's
+    (the report's "start-up" phase).
     """
     check_outputs(job)  # an id or keep column named like an output column (exit 2)
     if job.engine == "local":  # refuse a device or precision this machine lacks before any work
@@ -84,6 +87,8 @@ def run_job(
     run_id = Path(report_name(started, os.getpid())).stem  # every log record of the run has it
     with hold_lock(ckpt.lock_path, job.name, ckpt.output), run_context(job=job.name, run_id=run_id):
         run = Run(job, ckpt, retry, stats=RunStats(started=started), run_id=run_id)
+        if process_started is not None:
+            run.stats.phases["start-up"] = max(started - process_started, 0.0)
         log.info("run %s of %s started", run_id, job.name, extra={"event": "start", "detail": True,
                  "source": str(job.source), "output": job.output.path})  # fmt: skip
         try:
@@ -94,6 +99,7 @@ def run_job(
                 run.claimed = True
                 todo = find_pending(job, ckpt, run, fingerprint=who.fingerprint)
                 run.failures = todo.failures
+                run.stats.phases["preparing"] = time.perf_counter() - run.start
                 if todo.chunks:
                     run.failures += score_pending(
                         job,
@@ -174,9 +180,16 @@ def score_pending(
         done = "model loaded" if gated is None else "model ready (the quality gate loaded it)"
         with stage(f"{what}{job.model.precision})", done, event="model loaded"):
             task = engine.load(model_path, stats, todo.chunks, gated)
+        # the gate's model and its pass, where the engine adopted them, are the run's own
+        # loading and scoring, not measuring (see `batchscore.observe.phases`)
+        adopted_load = adopted_pass = 0.0
+        if gated is not None and task is gated.task:
+            adopted_load, adopted_pass = gated.load_s - gated.calibrate_s, gated.cold_s
         gated = None  # the engine holds what it adopted; let the rest go
         run.heap.more()  # the model lives as long as the run
         stats.load_s = time.perf_counter() - loaded
+        stats.phases["measuring"] = max(stats.tuning_s - adopted_load - adopted_pass, 0.0)
+        stats.phases["loading"] = stats.load_s + adopted_load
         run.context.update(device=engine.device, precision=engine.precision, runtime=engine.runtime)
         if engine.quantization:
             run.context["int8"] = engine.quantization
@@ -194,8 +207,10 @@ def score_pending(
         )
         bar = Progress(sum(c.rows for c in todo.chunks), progress, busy=lambda: engine.busy_s)
         sink: Sink[list[Scored]] = Sink(committer, depth=2)  # windows
+        scoring = time.perf_counter()
         try:
             engine.score(todo.chunks, sink, bar, stats)
+            stats.phases["scoring"] = time.perf_counter() - scoring + adopted_pass
             learn(
                 cache,
                 job,
