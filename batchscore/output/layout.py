@@ -3,14 +3,16 @@
 Data files sit at the top (``part-<shard key>-<chunk>.parquet``) with ``_SUCCESS`` beside them
 once the output is complete; everything else lives under ``_batchscore/``, which dataset readers
 skip by its leading underscore, and none of it ends in ``.parquet``, so a ``**/*.parquet`` glob
-(DuckDB, polars) sees data files only. A name is never made from raw input strings: a shard's
-key is a digest of its path, so adding, removing or renaming one shard leaves every other
-shard's names alone.
+(DuckDB, polars) sees data files only: the output of a shard that left the input is kept under
+``_batchscore/gone/``, its data files' names ending ``.parquet.gone``. A name is never made
+from raw input strings: a shard's key is a digest of its path, so adding, removing or renaming
+one shard leaves every other shard's names alone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 
 STATE = "_batchscore"  # bookkeeping folder inside an output
@@ -20,10 +22,16 @@ WRITING = f"{STATE}/writing"  # one intent per data file being published
 RUNS = f"{STATE}/runs"  # one report per run
 REJECTED = f"{STATE}/rejected"  # rows recorded with an error, per chunk (JSON lines)
 SETTLED = f"{STATE}/settled.json"  # what an earlier run measured and chose
+GONE = f"{STATE}/gone"  # the output of shards that left the input: one folder per retirement
+RESTART = f"{STATE}/restart.json"  # the files a --restart removes, until it has removed them
 STAGING = f"{STATE}/tmp"  # temporary files, renamed into place when complete
 LOCK = f"{STATE}/lock"  # the file whose flock guards the folder
 SUCCESS = "_SUCCESS"  # the Hadoop convention: present when every input row is committed
 MAX_REPORTS = 100  # run reports kept; older ones are pruned
+GONE_SUFFIX = ".gone"  # a kept data file's name ends so, out of every `**/*.parquet` glob
+CHUNK_NAME = re.compile(r"part-[0-9a-f]{16}-[0-9]{5,}\.parquet")  # see `part_name`
+# every fixed name: none of them may be a symbolic link (see `batchscore.storage.local`)
+FIXED = (STATE, JOB, DONE, WRITING, RUNS, REJECTED, SETTLED, GONE, RESTART, STAGING, LOCK, SUCCESS)
 
 
 def shard_key(path: str) -> str:
@@ -51,6 +59,16 @@ def is_part_name(name: str) -> bool:
     return name.startswith("part-") and name.endswith(".parquet")
 
 
+def is_chunk_name(name: str) -> bool:
+    """Whether a file name is exactly one batchscore gives a chunk's data file."""
+    return CHUNK_NAME.fullmatch(name) is not None
+
+
+def part_key(name: str) -> str | None:
+    """The chunk key a data file's name holds, or None when the name is not a data file's."""
+    return name[len("part-") : -len(".parquet")] if is_part_name(name) else None
+
+
 def record_name(key: str) -> str:
     """The commit record of a chunk."""
     return f"{DONE}/{key}.json"
@@ -71,9 +89,25 @@ def staged_name(rel: str, pid: int) -> str:
     return f"{rel.replace('/', '_')}.{pid}.tmp"
 
 
-def report_name(started: float, pid: int) -> str:
-    """A run report, named by its UTC start to the microsecond (two runs in one second keep
-    two reports) and the process, so names sort oldest first."""
+def stamp(started: float, pid: int) -> str:
+    """A moment and a process as a name: UTC to the microsecond, so names sort oldest first."""
     second, fraction = divmod(started, 1)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(second))
-    return f"{RUNS}/{stamp}.{int(fraction * 1e6):06d}Z-{pid}.json"
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(second))}.{int(fraction * 1e6):06d}Z-{pid}"
+
+
+def report_name(started: float, pid: int) -> str:
+    """A run report, named by the run's start (two runs in one second keep two reports)."""
+    return f"{RUNS}/{stamp(started, pid)}.json"
+
+
+def retirement_name(started: float, pid: int) -> str:
+    """The plan and record of one retirement (the output of shards that left the input, moved
+    out of the data files); what it moved lies in the folder of the same name."""
+    return f"{GONE}/{stamp(started, pid)}.json"
+
+
+def kept_name(retirement: str, rel: str) -> str:
+    """Where a retirement keeps ``rel`` (a data file, a commit record, a rejected-rows list):
+    in its own folder, flat, a data file's name ending in `GONE_SUFFIX`."""
+    name = rel.rsplit("/", 1)[-1]
+    return f"{retirement.removesuffix('.json')}/{name}{GONE_SUFFIX if is_part_name(name) else ''}"

@@ -4,17 +4,25 @@ A rename within one folder is atomic on POSIX, so a reader sees the old file or 
 never half of either; fsyncing the folder afterwards makes the rename itself survive a power cut.
 Files written as a group are fsynced by a few threads at once: the file system's journal then
 commits them together, so a group waits for the disk about once, not once per file.
+
+Nothing is written, renamed or deleted through a symbolic link inside the folder: a link where
+``_batchscore``, one of its folders, a temporary file, a data file or ``_SUCCESS`` goes would
+send the write (or the start-up clean-up of ``_batchscore/tmp``) to wherever it points. Every
+such operation checks its path first (an ``lstat`` per step below the folder), files are
+opened with ``O_NOFOLLOW``, and a link stops the run with a `WriteError` naming it, the link
+and its target left as they are. The folder itself may be a link: it is the job's choice.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from batchscore.errors import JobError, WriteError, write_error
-from batchscore.output.layout import LOCK, STAGING
+from batchscore.output.layout import FIXED, LOCK, STAGING, is_chunk_name
 from batchscore.pipeline.threads import available_cores, in_shares
 
 if TYPE_CHECKING:
@@ -24,6 +32,50 @@ if TYPE_CHECKING:
 # fsyncs overlap, and a journal commits concurrent ones together. More threads only contend for
 # the GIL (2,000 one-row chunks on 2 cores: 16 used 0.2 s more CPU than 4, and no less time).
 SYNCERS = min(16, 2 * available_cores())
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def linked(path: Path) -> WriteError:
+    """The error for a symbolic link where batchscore would write, rename or delete."""
+    return WriteError(
+        f"{path}: is a symbolic link; batchscore never writes, renames or deletes through a "
+        "link in its output folder, so it stopped and left the link and what it points to as "
+        "they are: replace the link with a real folder or file, or point [output].path at "
+        "another folder"
+    )
+
+
+def unlinked(root: Path, rel: str) -> Path:
+    """``root / rel``, once no step of it below ``root`` is a symbolic link (`linked` if one
+    is); a step that does not exist ends the check, as nothing below it exists either."""
+    path = root
+    for part in filter(None, rel.split("/")):
+        path = path / part
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                raise linked(path)
+        except (FileNotFoundError, NotADirectoryError):
+            break
+    return root / rel
+
+
+def empty_folder(folder: Path) -> list[str]:
+    """Delete the files in ``folder`` (a staging folder), never following a link: a link as
+    the folder or in it stops the clean-up (`linked`) before anything is deleted."""
+    try:
+        if stat.S_ISLNK(os.lstat(folder).st_mode):
+            raise linked(folder)
+        with os.scandir(folder) as found:
+            entries = list(found)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for entry in entries:
+        if entry.is_symlink():
+            raise linked(Path(entry.path))
+    removed = [entry.path for entry in entries if entry.is_file(follow_symlinks=False)]
+    for path in removed:
+        Path(path).unlink(missing_ok=True)
+    return removed
 
 
 def fsync_file(path: Path) -> None:
@@ -54,7 +106,7 @@ def write_durably(path: Path, data: bytes | memoryview) -> None:
     """Create (or truncate) ``path`` holding ``data``, fsynced, through one descriptor: a
     Python file object adds a stat, a terminal check and a seek to each of thousands of small
     files a group commit writes."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
     try:
         view = memoryview(data)
         while view:
@@ -116,7 +168,8 @@ class LocalStore:
 
     def check(self) -> None:
         """A file where the folder goes is the job's mistake (exit 2); a read-only or
-        unwritable place, the machine's (exit 6)."""
+        unwritable place, or a symbolic link where batchscore's own files go, the machine's
+        (exit 6): checked before the lock file is opened or anything is written."""
         where = f"[output].path: {self.root}"
         if self.root.exists() and not self.root.is_dir():
             raise JobError(f"{where} is a file, not a folder; point it at a folder")
@@ -129,27 +182,41 @@ class LocalStore:
             raise WriteError(f"{where}: {existing} is on a read-only file system")
         if not os.access(existing, os.W_OK | os.X_OK):
             raise WriteError(f"{where}: cannot write in {existing}: permission denied")
+        for rel in FIXED:
+            self.path(rel)
+        if self.root.is_dir():  # a link where a chunk's data file goes, too
+            with os.scandir(self.root) as entries:
+                for entry in entries:
+                    if entry.is_symlink() and is_chunk_name(entry.name):
+                        raise linked(Path(entry.path))
+
+    def path(self, rel: str) -> Path:
+        """Where ``rel`` is, to write, rename or delete it: never through a link (`linked`)."""
+        return unlinked(self.root, rel)
+
+    def staged(self, local: Path) -> Path:
+        """A staging file's path, checked like `path`."""
+        return self.path(local.relative_to(self.root).as_posix())
 
     def where(self, rel: str) -> str:
         return str(self.root / rel)
 
     def prepare(self, *rel_dirs: str) -> None:
-        for rel in rel_dirs:
-            (self.root / rel).mkdir(parents=True, exist_ok=True)
-        self.staging.mkdir(parents=True, exist_ok=True)
+        for rel in (*rel_dirs, STAGING):
+            self.path(rel).mkdir(parents=True, exist_ok=True)
 
     def read_text(self, rel: str) -> str | None:
         path = self.root / rel
         return path.read_text(encoding="utf-8") if path.is_file() else None
 
     def write_json(self, rel: str, data: Any) -> None:
-        write_json(self.root / rel, data)
+        write_json(self.path(rel), data)
 
     def write_text(self, rel: str, text: str) -> None:
-        write_text(self.root / rel, text)
+        write_text(self.path(rel), text)
 
     def write_many(self, files: dict[str, Any]) -> None:
-        write_many({self.root / rel: data for rel, data in files.items()})
+        write_many({self.path(rel): data for rel, data in files.items()})
 
     def size(self, rel: str) -> int | None:
         try:
@@ -173,20 +240,25 @@ class LocalStore:
         return [p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")]
 
     def delete(self, rel: str) -> None:
-        (self.root / rel).unlink(missing_ok=True)
+        self.path(rel).unlink(missing_ok=True)
+
+    def move(self, rel: str, to: str) -> None:
+        target = self.path(to)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self.path(rel), target)
 
     def barrier(self, rel_dir: str) -> None:
         if (self.root / rel_dir).is_dir():  # no folder: nothing was deleted from it
-            fsync_dir(self.root / rel_dir)
+            fsync_dir(self.path(rel_dir))
 
     def sync(self, local: Path) -> None:
-        fsync_file(local)
+        fsync_file(self.staged(local))
 
     def stage(self, local: Path, data: pa.Buffer) -> None:
-        write_durably(local, data)
+        write_durably(self.staged(local), data)
 
     def publish(self, local: Path, rel: str, *, durable: bool = True) -> None:
         if durable:
-            publish(local, self.root / rel)
+            publish(self.staged(local), self.path(rel))
         else:
-            os.replace(local, self.root / rel)
+            os.replace(self.staged(local), self.path(rel))

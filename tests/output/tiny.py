@@ -1,0 +1,73 @@
+"""A tiny real job for the output folder's tests: an MLP over 4 feature columns (the tensor
+task), so a run takes well under a second and a subprocess run a few (torch's start-up)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from safetensors.torch import save_file
+
+from batchscore.models.factories import mlp
+from tests.conftest import ROOT, write_job
+
+ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}
+
+
+def tiny_job(root: Path, output: str = "out", chunk_rows: int = 4) -> Path:
+    """The job file (``root/job.toml``) reading ``root/in``, writing ``output``."""
+    (root / "in").mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    save_file(mlp(**ARGS).eval().state_dict(), str(root / "mlp.safetensors"))
+    return write_job(
+        root / "job.toml",
+        input={"path": "in", "id": "id", "features": ["x0", "x1", "x2", "x3"]},
+        model={"task": "tensor", "path": "mlp.safetensors", "threads": 1},
+        batching={"max_rows": 8, "window_rows": 4},
+        output={"path": output, "chunk_rows": chunk_rows},
+        tensor={"output": "class", "factory": "mlp", "factory_args": ARGS},
+    )
+
+
+def write_shard(path: Path, rows: int, seed: int = 0) -> list[str]:
+    """A shard of ``rows`` rows whose ids name it (``<stem>-<i>``); returns the ids."""
+    x = np.random.default_rng(seed).normal(size=(rows, 4)).astype(np.float32)
+    ids = [f"{path.stem}-{i}" for i in range(rows)]
+    pq.write_table(pa.table({"id": ids, **{f"x{j}": x[:, j] for j in range(4)}}), path)
+    return ids
+
+
+def run_cli(job: Path, *args: str, faults: str = "") -> subprocess.CompletedProcess:
+    """``batchscore run`` in a real subprocess, fault points armed through the test hook."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BATCHSCORE_FAULTS": faults}
+    command = [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def glob_ids(out: Path, foreign: tuple[str, ...] = ()) -> list[str]:
+    """The ids a reader's ``out/**/*.parquet`` glob sees (but for the ``foreign`` files, by
+    path in ``out``), in the order the footers give."""
+    found = [p for p in out.rglob("*.parquet") if p.relative_to(out).as_posix() not in foreign]
+    return ids_of(sorted(found, key=order))
+
+
+def kept_ids(out: Path) -> list[str]:
+    """The ids kept under ``_batchscore/gone/`` (every retirement, oldest first)."""
+    return ids_of(sorted((out / "_batchscore/gone").glob("*/part-*.parquet.gone"), key=order))
+
+
+def ids_of(files: list[Path]) -> list[str]:
+    return [i for f in files for i in pq.read_table(f, columns=["id"])["id"].to_pylist()]
+
+
+def order(path: Path) -> tuple[str, str, int]:
+    """A data file's place: its folder (a retirement's), its source shard, its first row."""
+    meta = pq.read_metadata(path).metadata
+    start = int(meta[b"batchscore.rows"].split(b"-")[0])
+    return path.parent.name, meta[b"batchscore.shard"].decode(), start
