@@ -30,6 +30,8 @@ POINTS = (
     "write-record",  # while writing a commit record
     "read-window",  # while reading input rows
     "model-batch",  # before each model call
+    "retire-move",  # after each file a retirement moves out of the data files (see output.retire)
+    "restart-unrecorded",  # --restart: commit records removed, data files not yet
 )
 ERRORS = {"enospc": errno.ENOSPC, "eacces": errno.EACCES, "eio": errno.EIO}
 

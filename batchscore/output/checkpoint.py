@@ -32,20 +32,22 @@ from batchscore import faults
 from batchscore.errors import WriteError, write_error
 from batchscore.output.layout import (
     DONE,
+    GONE,
     JOB,
     MAX_REPORTS,
     REJECTED,
+    RESTART,
     RUNS,
     SETTLED,
     SUCCESS,
     WRITING,
     intent_name,
-    part_name,
     record_name,
     rejected_name,
 )
-from batchscore.output.manifest import is_ours, problem, written_for
+from batchscore.output.manifest import is_ours, problem
 from batchscore.storage import Store, open_store
+from batchscore.storage.local import empty_folder
 from batchscore.storage.retry import Retry
 
 log = logging.getLogger("batchscore")
@@ -81,7 +83,7 @@ class Checkpoint:
 
     def prepare(self) -> None:
         """Create the bookkeeping folders a run writes into."""
-        self.store.prepare(DONE, WRITING, RUNS, REJECTED)
+        self.store.prepare(DONE, WRITING, RUNS, REJECTED, GONE)
 
     def job(self) -> dict[str, Any] | None:
         """The job record of the last claim, or None when there is none; `Damaged` when it
@@ -91,6 +93,11 @@ class Checkpoint:
     def claim(self, record: dict[str, Any]) -> None:
         """Record the job that owns the folder (written just before its first commit)."""
         self.write_json(JOB, record)
+
+    def restarting(self) -> bool:
+        """Whether a --restart was cut off and not yet finished (see `batchscore.output.restart`):
+        nothing here counts as committed until the next start finishes it."""
+        return self.store.size(RESTART) is not None
 
     def claimed(self) -> bool:
         """Whether anything was ever committed here (or was being published)."""
@@ -190,31 +197,7 @@ class Checkpoint:
                     self.store.delete(intent["file"])
                     garbage.append(self.store.where(intent["file"]))
             self.store.delete(rel)
-        if self.tmp_dir.is_dir():
-            for path in self.tmp_dir.iterdir():
-                path.unlink(missing_ok=True)
-                garbage.append(str(path))
-        return garbage
-
-    def clear(self) -> None:
-        """Start over: remove what batchscore wrote (records first, then their files)."""
-        self.sweep()
-        records = self.committed()
-        unreadable = [Path(rel).stem for rel in self.damaged if rel.startswith(DONE)]
-        for name in self.store.names(DONE):
-            self.store.delete(f"{DONE}/{name}")
-        self.store.barrier(DONE)
-        for key, record in records.items():
-            self.store.delete(record["file"])
-            self.store.delete(rejected_name(key))
-        for key in unreadable:  # a damaged record's file, when its footer names that chunk
-            if written_for(self.store, part_name(key)).get("batchscore.chunk") == key:
-                self.store.delete(part_name(key))
-            self.store.delete(rejected_name(key))
-        self.damaged.clear()
-        self.store.delete(SETTLED)
-        self.store.delete(JOB)
-        self.drop_success()
+        return garbage + empty_folder(self.tmp_dir)  # never through a link: see `empty_folder`
 
     def success(self) -> str | None:
         """The text of the folder's `_SUCCESS`, or None when there is none."""

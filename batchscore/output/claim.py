@@ -16,6 +16,7 @@ from batchscore.errors import BookkeepingError, OutputConflictError
 from batchscore.job.paths import names_input
 from batchscore.output.checkpoint import Checkpoint, Damaged, fingerprint
 from batchscore.output.manifest import written_for
+from batchscore.output.restart import finish_restart, start_over
 from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
@@ -48,9 +49,11 @@ class Identity:
 
 def check_claim(ckpt: Checkpoint, identity: Identity, restart: bool) -> None:
     """Refuse to mix this job's output with another job's or other settings'; with ``restart``,
-    first remove what batchscore wrote here (files it did not write are kept)."""
+    first remove what batchscore wrote here (files it did not write are kept). A restart a
+    killed run left half done is finished first, whatever this run was asked."""
+    finish_restart(ckpt, restarting=restart)
     if restart:
-        ckpt.clear()
+        start_over(ckpt)
         return
     if not ckpt.claimed():
         return
@@ -61,6 +64,21 @@ def check_claim(ckpt: Checkpoint, identity: Identity, restart: bool) -> None:
     refusal = conflict(ckpt.output, recorded, identity)
     if refusal is not None:
         raise refusal
+
+
+def refusal(ckpt: Checkpoint, identity: Identity) -> str | None:
+    """Why a run of ``identity`` would refuse this folder as it is (None: it would not), read
+    without writing anything: what `status` judges a folder's completeness by."""
+    if ckpt.restarting() or not ckpt.claimed():
+        return None  # a restart's remains are removed at the next start: nothing is claimed
+    try:
+        recorded = ckpt.job()
+    except Damaged as exc:
+        if proven(ckpt, identity):
+            return None  # the next run rewrites it from the data files
+        return f"{exc}; the data files do not prove which job it belonged to"
+    found = conflict(ckpt.output, recorded, identity)
+    return None if found is None else str(found)
 
 
 def conflict(
@@ -95,14 +113,7 @@ def repair_claim(ckpt: Checkpoint, identity: Identity, damage: Damaged) -> dict[
     """Rewrite a damaged job record from what the data files prove: every committed file's
     footer names this job's fingerprint and a shard under this job's inputs. Anything less
     proves nothing, and the run stops (`BookkeepingError`) rather than start over silently."""
-    records = ckpt.committed()
-    proven = bool(records)
-    for record in records.values():
-        footer = written_for(ckpt.store, record["file"])
-        shard = footer.get("batchscore.shard", "")
-        ours = footer.get("batchscore.fingerprint") == identity.fingerprint
-        proven = proven and ours and any(names_input(e, shard) for e in identity.inputs)
-    if not proven:
+    if not proven(ckpt, identity):
         raise BookkeepingError(
             f"{damage}; the data files do not prove which job it belonged to. Run with "
             "--restart to start over (files batchscore did not write are kept), or point "
@@ -111,3 +122,17 @@ def repair_claim(ckpt: Checkpoint, identity: Identity, damage: Damaged) -> dict[
     log.warning("%s; rewritten from the data files' footers, which all name this job", damage)
     ckpt.claim(identity.record())
     return identity.record()
+
+
+def proven(ckpt: Checkpoint, identity: Identity) -> bool:
+    """Whether the committed data files prove the folder is this job's: there are some, and
+    every one's footer names this job's fingerprint and a shard under its inputs."""
+    records = ckpt.committed()
+    for record in records.values():
+        footer = written_for(ckpt.store, record["file"])
+        shard = footer.get("batchscore.shard", "")
+        if footer.get("batchscore.fingerprint") != identity.fingerprint or not any(
+            names_input(entry, shard) for entry in identity.inputs
+        ):
+            return False
+    return bool(records)

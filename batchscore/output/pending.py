@@ -6,7 +6,7 @@ shards' footers. A committed chunk is trusted while its data file is as written 
 `batchscore.output.manifest`) and its shard is unchanged (same path, size and mtime); a missing
 or changed file, or a changed shard, puts it back to pending. Shards are known by a key made
 from their path, so adding, removing or renaming a shard never touches another's output; the
-output of a shard that left the input stays (`status` lists it as gone).
+output of a shard that left the input moves out of the data files (`status` lists it as gone).
 
 A shard whose footer, columns or column types are unusable fails alone, before any scoring;
 an `[input].where` that does not fit a shard's columns is the job's error, not the shard's.
@@ -26,6 +26,7 @@ from batchscore.job.where import RowFilter
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.layout import chunk_key, part_name, shard_of
 from batchscore.output.manifest import problems, written_for
+from batchscore.output.retire import finish_retiring, retire, summary
 from batchscore.pipeline.shards import Shard, check_columns, is_text, open_shard
 from batchscore.storage.fs import is_url
 
@@ -69,7 +70,7 @@ class Pending:
     carried: pa.Schema | None = None  # output types of the carried columns
     failures: list[dict[str, str]] = field(default_factory=list)
     redone: list[dict[str, str]] = field(default_factory=list)  # committed, now to score again
-    gone: list[str] = field(default_factory=list)  # shards no longer input, output kept
+    gone: list[dict] = field(default_factory=list)  # shards no longer input: their output
     done_chunks: int = 0
     done_rows: int = 0
     total_rows: int = 0  # the job's input rows, from the footers (the bad-row gate's base)
@@ -127,7 +128,7 @@ def pending_work(
     """
     plan = Pending()
     rows_filter = RowFilter(inp.where) if inp.where is not None else None
-    committed = stale(ckpt, shards, plan, forget=forget)
+    committed = stale(ckpt, shards, plan, fingerprint=fingerprint, forget=forget)
     by_shard: dict[str, list[dict]] = {}
     for key, record in committed.items():
         by_shard.setdefault(shard_of(key), []).append(record)
@@ -222,18 +223,21 @@ def plan_shard(
 
 
 def stale(
-    ckpt: Checkpoint, shards: list[Shard], plan: Pending, *, forget: bool = True
+    ckpt: Checkpoint, shards: list[Shard], plan: Pending, *, fingerprint: str, forget: bool = True
 ) -> dict[str, dict]:
     """The commit records that still hold; un-commit the others (unless ``forget`` is off, for
     a dry run) and say why in ``plan``.
 
-    A record of a shard that left the input is kept (and so is its output), unless its data
-    file is gone: then nothing is left to keep.
+    The output of a shard that left the input moves out of the data files first, kept under
+    ``_batchscore/gone/`` (see `batchscore.output.retire`); a dry run only lists it.
     """
+    live = {s.key: s for s in shards}
+    plan.gone = finish_retiring(ckpt) if forget else []
     committed = ckpt.committed()
+    if forget:
+        plan.gone += retire(ckpt, committed, set(live), fingerprint=fingerprint)
     for where in ckpt.drop_damaged() if forget else []:
         log.warning("%s was damaged and is removed; its chunk is scored again", where)
-    live = {s.key: s for s in shards}
     damaged = problems(ckpt.store, committed)
     for key, record in sorted(committed.items()):
         shard = live.get(shard_of(key))
@@ -250,9 +254,7 @@ def stale(
         if forget:
             ckpt.forget(key, record)
         del committed[key]
-    plan.gone = sorted(
-        {r["shard"]["path"] for k, r in committed.items() if shard_of(k) not in live}
-    )
+    plan.gone += summary({k: r for k, r in committed.items() if shard_of(k) not in live})
     return committed
 
 

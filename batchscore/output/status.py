@@ -1,8 +1,11 @@
 """`batchscore status`: done, pending and failed work per shard, from commit records and footers.
 
-Nothing is scored and no model is loaded. Each committed data file is checked against its
-record (size and Parquet footer, never its data), so a missing or damaged file shows here, and
-the output of a shard that left the input is listed as gone.
+Nothing is scored and no model is loaded (its files are located and hashed, as a run's start
+does, to judge the folder against the job's settings). Each committed data file is checked
+against its record (size and Parquet footer, never its data), so a missing or damaged file shows
+here; a shard that left the input is listed as gone, with where its output is kept. The output
+is complete when every shard is done with this job's settings, nothing is damaged, and the data
+files hold the current input only.
 """
 
 from __future__ import annotations
@@ -10,13 +13,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from batchscore.errors import BatchscoreError
+from batchscore.errors import BatchscoreError, ModelError
 from batchscore.job.sections import Job
+from batchscore.models.locate import locate
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.layout import shard_of
+from batchscore.output.claim import refusal
+from batchscore.output.fingerprint import identity
+from batchscore.output.layout import GONE, shard_of
 from batchscore.output.manifest import problems
 from batchscore.output.pending import chunks_of
+from batchscore.output.retire import retirements
 from batchscore.pipeline.shards import find_shards, open_shard
+
+IN_PLACE = f"is still in the data files: the next run moves it to {GONE}/"
 
 
 @dataclass
@@ -30,12 +39,14 @@ class ShardStatus:
     bad_rows: int
     rows_written: int  # output rows: rows_done less those `[input].where` dropped
     problems: list[str] = field(default_factory=list)  # committed files no longer as written
+    kept: str | None = None  # gone: the folder its output was moved to
 
 
 def job_status(job: Job) -> dict[str, Any]:
     """Per-shard progress plus the last run's report, as plain data."""
     ckpt = Checkpoint(job.output.path)
-    committed = ckpt.committed()
+    restarting = ckpt.restarting()
+    committed = {} if restarting else ckpt.committed()
     damaged = problems(ckpt.store, committed)
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
@@ -60,25 +71,66 @@ def job_status(job: Job) -> dict[str, Any]:
             else:
                 status.state = "partial" if valid else "pending"
         shards.append(status)
-    left: dict[str, list[dict[str, Any]]] = {}
-    for key, record in committed.items():
-        if shard_of(key) not in live:
-            left.setdefault(record["shard"]["path"], []).append(record)
-    for path, records in sorted(left.items()):
-        shards.append(shard_status(path, records, damaged, gone=True))
+    gone = gone_shards(ckpt, committed, damaged, live={s.shard for s in shards}, keys=live)
     current = [s for s in shards if s.state != "gone"]
+    refused = judge(ckpt, job)
     return {
         "job": job.name,
         "output": job.output.path,
-        "shards": [asdict(s) for s in shards],
+        "shards": [asdict(s) for s in shards + gone],
         "rows": sum(s.rows for s in current),
         "rows_done": sum(s.rows_done for s in current),
         "bad_rows": sum(s.bad_rows for s in current),
         "rows_written": sum(s.rows_written for s in current),
-        "complete": all(s.state == "done" for s in current) and not ckpt.damaged,
+        "complete": all(s.state == "done" for s in current)
+        and not ckpt.damaged
+        and not any(s.kept is None for s in gone)
+        and refused is None
+        and not restarting,
+        "refused": refused,
+        "restarting": restarting,
         "damaged_bookkeeping": sorted(ckpt.damaged.values()),
         "last_run": last,
     }
+
+
+def judge(ckpt: Checkpoint, job: Job) -> str | None:
+    """Why a run of this job, with these settings, would refuse the folder (None: it would
+    not): the check `run` makes at its start, by the same fingerprint."""
+    try:
+        return refusal(ckpt, identity(job, locate(job.model)))
+    except ModelError as exc:
+        return f"cannot judge the output against the model: {exc}"
+
+
+def gone_shards(
+    ckpt: Checkpoint,
+    committed: dict[str, dict[str, Any]],
+    damaged: dict[str, str],
+    *,
+    live: set[str],
+    keys: set[str],
+) -> list[ShardStatus]:
+    """Shards no longer input (by path ``live`` and key ``keys``): those whose output is still
+    in the data files (``kept`` None), then those a run moved out (the newest move of each)."""
+    left: dict[str, list[dict[str, Any]]] = {}
+    for key, record in committed.items():
+        if shard_of(key) not in keys:
+            left.setdefault(record["shard"]["path"], []).append(record)
+    found = []
+    for path, records in sorted(left.items()):
+        status = shard_status(path, records, damaged, gone=True)
+        status.problems.append(IN_PLACE)
+        found.append(status)
+    moved: dict[str, ShardStatus] = {}
+    for rel, plan in retirements(ckpt):
+        for shard in plan["shards"]:
+            if shard["shard"] not in live and shard["shard"] not in left:
+                kept = ckpt.store.where(rel.removesuffix(".json"))
+                moved[shard["shard"]] = ShardStatus(
+                    **shard, state="gone", rows=shard["rows_done"], kept=kept
+                )
+    return found + [moved[path] for path in sorted(moved)]
 
 
 def shard_status(
@@ -125,7 +177,8 @@ def format_status(status: dict[str, Any]) -> str:
         chunks = f"{s['chunks_done']}/{s['chunks']}"
         rows = f"{s['rows_done']:,}/{s['rows']:,}"
         lines.append(f"{s['state']:<8} {chunks:>9} {rows:>21}  {s['shard']}")
-        lines += [f"{'':<8} {'':>9} {'':>21}    {problem}" for problem in s["problems"]]
+        notes = [*s["problems"], *([f"kept in {s['kept']}"] if s["kept"] else [])]
+        lines += [f"{'':<8} {'':>9} {'':>21}    {note}" for note in notes]
     bad = f", {status['bad_rows']:,} of them with an error" if status["bad_rows"] else ""
     dropped = status["rows_done"] - status["rows_written"]
     if dropped:
@@ -138,11 +191,14 @@ def format_status(status: dict[str, Any]) -> str:
         "damaged_bookkeeping"]]  # fmt: skip
     gone = [s for s in status["shards"] if s["state"] == "gone"]
     if gone:
-        kept = sum(s["rows_written"] for s in gone)
-        lines.append(
-            f"{len(gone)} shard(s) no longer input: their output ({kept:,} rows) is kept; "
-            "run with --restart to rebuild the output from the current input"
-        )
+        rows = sum(s["rows_written"] for s in gone)
+        moved = all(s["kept"] for s in gone)
+        where = f"moved out of the data files, kept under {GONE}/" if moved else IN_PLACE
+        lines.append(f"{len(gone)} shard(s) no longer input: their output ({rows:,} rows) {where}")
+    if status["restarting"]:
+        lines.append("a --restart was cut off: the next run finishes it, then scores every row")
+    if status["refused"]:
+        lines.append(f"not complete for this job: {status['refused']}")
     last = status["last_run"]
     if last:
         lines.append(

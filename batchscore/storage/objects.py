@@ -129,6 +129,11 @@ class ObjectStore:
 
         self.retry.call(delete, self.where(rel))
 
+    def move(self, rel: str, to: str) -> None:
+        """A server-side copy, then a delete: there is no rename in an object store."""
+        self.retry.call(lambda: self.fs.copy_file(self.key(rel), self.key(to)), self.where(to))
+        self.delete(rel)
+
     def barrier(self, rel_dir: str) -> None:
         """Nothing to wait for: deletes are strongly consistent in S3 (and GCS, Azure)."""
 

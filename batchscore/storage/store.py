@@ -65,6 +65,12 @@ class Store(Protocol):
         """Remove a file; a missing one is fine."""
         ...
 
+    def move(self, rel: str, to: str) -> None:
+        """Move the file ``rel`` (which exists) to ``to``, replacing it: a rename in a folder
+        (made durable by a `barrier` of both folders), a copy then a delete in an object store
+        (a crash in between leaves both, and the caller's plan finishes the move)."""
+        ...
+
     def barrier(self, rel_dir: str) -> None:
         """Make earlier deletions and renames in ``rel_dir`` durable before what follows."""
         ...

@@ -179,13 +179,18 @@ def test_shards_are_known_by_name_not_position(job: Path):
     assert all(
         p.stat().st_mtime_ns == mtimes[p.name] for p in out.glob("*.parquet") if p.name in mtimes
     )
-    first.rename(inputs / "docs-000-renamed.parquet")  # its output stays; the new name is scored
+    first.rename(inputs / "docs-000-renamed.parquet")  # the new name is scored; the old moves
     report = run_job(load_job(job))
-    assert report["rows"] == 10 and report["gone_shards"] == [str(first.resolve())]
+    assert report["rows"] == 10 and [g["shard"] for g in report["gone_shards"]] == [
+        str(first.resolve())
+    ]
+    kept = Path(report["gone_shards"][0]["kept"])
     status = job_status(load_job(job))
     gone = [s for s in status["shards"] if s["state"] == "gone"]
-    assert [Path(s["shard"]).name for s in gone] == ["docs-000.parquet"] and status["complete"]
-    assert pq.read_table(out / target(first)).num_rows == 5  # kept, untouched
+    assert [(Path(s["shard"]).name, s["kept"]) for s in gone] == [("docs-000.parquet", str(kept))]
+    assert status["complete"] and not (out / target(first)).exists()
+    assert pq.read_table(kept / f"{target(first)}.gone").num_rows == 5  # kept, recoverable
+    assert read_output(out).num_rows == 33  # the current input (30 + 3 rows), each row once
 
 
 def test_a_kept_column_named_like_an_output_column_is_refused(job: Path):

@@ -1,0 +1,78 @@
+"""`status` judges the folder against the job as given: it says complete exactly when a run of
+that job, with those settings, would accept the folder and find nothing left to do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from batchscore.cli import main
+from batchscore.errors import OutputConflictError
+from batchscore.job.load import load_job
+from batchscore.output.status import job_status
+from batchscore.pipeline.driver import run_job
+from tests.output.tiny import tiny_job, write_shard
+
+# keys a user may change between runs: some decide the output (the fingerprint), some do not
+CHOICES = {
+    "output.chunk_rows": ["4", "3"],
+    "output.on_error": ['"fail"', '"skip"'],
+    "input.where": [None, '"x0 > -100"'],
+    "tensor.output": ['"class"', '"value"'],
+    "batching.max_rows": ["8", "16"],
+    "model.threads": ["1", "2"],
+}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A complete output of the tiny job (its first choice of every key)."""
+    root = tmp_path_factory.mktemp("status")
+    job = tiny_job(root)
+    write_shard(root / "in/a.parquet", 9)
+    write_shard(root / "in/b.parquet", 4, seed=1)
+    run_job(load_job(job))
+    return job
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(picked=st.fixed_dictionaries({k: st.sampled_from(v) for k, v in CHOICES.items()}))
+def test_status_is_complete_exactly_when_run_accepts_the_folder(job: Path, picked: dict):
+    overrides = [f"{k}={v}" for k, v in picked.items() if v is not None]
+    status = job_status(load_job(job, overrides))
+    try:
+        report = run_job(load_job(job, overrides))  # refused, or nothing left to do
+    except OutputConflictError as exc:
+        event("run refuses the folder")
+        assert not status["complete"] and status["refused"] == str(exc)
+        assert "changed:" in str(exc)
+    else:
+        event("run accepts the folder")
+        assert status["complete"] and status["refused"] is None and report["rows"] == 0
+
+
+def test_status_json_of_other_settings_says_not_complete_and_why(job: Path):
+    args = ["--set", "output.chunk_rows=3"]
+    result = CliRunner().invoke(main, ["status", str(job), "--json", *args])
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.stdout)
+    assert status["complete"] is False and "changed: chunk_rows" in status["refused"]
+    text = CliRunner().invoke(main, ["status", str(job), *args]).stdout
+    assert "not complete for this job" in text and "- complete" not in text
+    refused = CliRunner().invoke(main, ["run", str(job), "--progress", "off", *args])
+    assert refused.exit_code == 5
+
+
+def test_status_of_another_job_in_the_folder_says_not_complete(job: Path, tmp_path: Path):
+    (tmp_path / "in").mkdir()
+    write_shard(tmp_path / "in/a.parquet", 9)
+    other = load_job(job, [f'input.path=["{tmp_path / "in"}"]'])
+    status = job_status(other)
+    assert not status["complete"] and "holds the output of another job" in status["refused"]
