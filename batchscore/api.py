@@ -3,6 +3,11 @@
 Both raise the package's exceptions (`batchscore.errors`, each with the CLI's ``exit_code``),
 never ``SystemExit``. `score` keeps loaded models in this process (`LOADED`), so a notebook that
 scores twice with the same settings loads, gates and calibrates the model once.
+
+Calls from several threads take turns (`TURN`): a loaded model (its counters, its generation
+caches, the gate's results) serves one call at a time, torch already spreads one call over
+every core, and two calls loading models at once would import transformers from two threads,
+where one can meet the other's half-initialised modules ("cannot import name 'AutoConfig'").
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ def run(
         raise JobError(f'run(): progress: expected "bar", "log" or "off", got {progress!r}')
     try:
         cache = DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir))
-        report = run_job(loaded, restart=restart, progress=progress or "off", cache=cache)
+        with TURN:
+            report = run_job(loaded, restart=restart, progress=progress or "off", cache=cache)
     except ShardsFailedError as exc:
         exc.report = RunReport.of(exc.report)
         raise
@@ -134,8 +140,14 @@ def score(
         ModelError, QualityGateError: as for a job.
     """
     frame = Frame.of(data)
-    job = data_job(task=task, model=model, text=text, options=options)
-    kinds = input_kinds(job.model.task, job.input, job.task)
+    with TURN:
+        return score_frame(frame, data_job(task=task, model=model, text=text, options=options))
+
+
+def score_frame(frame: Frame, job: Job) -> Any:
+    """`score`'s work on a frame, once the job is built (the caller holds `TURN`)."""
+    task = job.model.task
+    kinds = input_kinds(task, job.input, job.task)
     missing = [c for c in kinds if c not in frame.names]
     if missing:
         raise InputDataError(
@@ -153,8 +165,7 @@ def score(
             f"{task} writes (DuckDB, Spark and Hive ignore case); rename or drop them first"
         )
     settled = dataclasses.replace(job, model=ready.job.model, batching=ready.job.batching)
-    with LOADING:
-        known, ready.known = ready.known, None  # the gate's results: for this call's rows alone
+    known, ready.known = ready.known, None  # the gate's results: for this call's rows alone
     scored, _ = score_table(
         settled, table, task=ready.task, executor=ready.executor,
         progress=Progress(table.num_rows, "off"), known=known,
@@ -231,7 +242,7 @@ class Ready:
 
 
 LOADED: OrderedDict[str, Ready] = OrderedDict()  # settings -> model, least recently used first
-LOADING = threading.Lock()
+TURN = threading.RLock()  # held by each `run` and `score` call, and by `load`
 
 
 def load(job: Job, table: pa.Table) -> Ready:
@@ -239,7 +250,7 @@ def load(job: Job, table: pa.Table) -> Ready:
     first use, then reused for as long as it is among the `KEEP_LOADED` most recently used."""
     model_path = locate(job.model)
     key = repr((str(model_path), job.model, job.task, job.input, job.batching, job.quality))
-    with LOADING:
+    with TURN:
         if key in LOADED:
             LOADED.move_to_end(key)
             return LOADED[key]

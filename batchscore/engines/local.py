@@ -3,15 +3,20 @@
 The reader starts when the model starts loading: a job over thousands of small shards has its
 first window read and tokenized by the time the weights are in (the quality gate's model, when
 the run adopts it, is ready at once).
+
+The task's encoding (its tokenizer and config) is built on this thread before the reader
+starts, so every module the reader needs is imported by then. Two threads importing
+transformers at once can each meet the other's half-initialised modules (Python hands a
+concurrent circular import a partial module rather than deadlock): "cannot import name
+'AutoConfig'", at random, on a busy machine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from batchscore.job.sections import Job
-from batchscore.models.base import Task
+from batchscore.models.base import Encoding, Task
 from batchscore.models.tasks import encoding
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
@@ -52,17 +57,17 @@ class LocalEngine:
             self.executor.busy_s = 0.0  # the run's model time starts now
             self.reading = Prefetch(windows(self.job, chunks, self.task, known), depth=2)
         else:  # the first windows are read while the model loads
-            self.reading = Prefetch(self.read(model_path, chunks), depth=2)
+            reads = self.encoding(model_path)  # here, so the reader imports nothing
+            self.reading = Prefetch(windows(self.job, chunks, reads), depth=2)
             self.task = load_at(self.job, model_path, self.executor)
         self.quantization, self.runtime = self.executor.quantization, self.executor.runtime
         return self.task
 
-    def read(self, model_path: Path, chunks: list[Chunk]) -> Iterator[Window]:
-        """Every chunk's windows, encoded by the task's own encoding (its tokenizer, built
-        here: no weights needed), so reading need not wait for the model."""
+    def encoding(self, model_path: Path) -> Encoding:
+        """The task's own encoding (its tokenizer and config: no weights needed), so reading
+        need not wait for the model."""
         job = self.job
-        yield from windows(job, chunks, encoding(model_path, model=job.model, options=job.task,
-                                                 inp=job.input))  # fmt: skip
+        return encoding(model_path, model=job.model, options=job.task, inp=job.input)
 
     def score(
         self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats

@@ -106,7 +106,12 @@ class ChunkResult:
 
 
 class ChunkActor:
-    """One model replica, in a Ray worker process; loads the model on first use."""
+    """One model replica, in a Ray worker process; loads the model on first use.
+
+    Ray runs its methods one at a time on the worker's main thread, and it starts no thread of
+    its own, so what loading and scoring import (transformers, lazily) is never imported from
+    two threads at once.
+    """
 
     def __init__(self, job: Job, model_path: Path, placement: Placement) -> None:
         model = job.model
