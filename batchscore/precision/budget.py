@@ -145,7 +145,7 @@ def probe(chosen: Trial, encoded: Any, budget: int, *, max_rows: int, floor: int
         cut = batches(encoded, units, budget, max_rows=max_rows, sort=task.bucketing)
         fullest = max(cut, key=lambda b: len(b) * int(sizes[b].max()))
         try:
-            executor.run(lambda: task.forward(encoded, fullest))
+            executor.run(lambda b=fullest: task.forward(encoded, b))
             return budget
         except Exception as exc:
             if not is_out_of_memory(exc) or budget // 2 < floor:
