@@ -40,8 +40,8 @@ def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> It
     complete, and can be committed, only with rows of the very version its record names.
     """
     shard = chunk.shard
-    pf = open_shard(shard)
     try:
+        pf = open_shard(shard)
         if not is_url(shard.path):  # a stat here; an object store's is asked once, at the end
             check_unchanged(shard)
         held = None
