@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 import click
@@ -286,9 +287,11 @@ def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> Non
 @reports_errors
 def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> None:
     """A dry run of JOB: shards, rows after `where`, rows already committed, tokens, expected
-    padding efficiency, and an ESTIMATED wall time on this machine (from the job's last run,
-    or a short timed sample of the model when there is none; only the tokenizer is loaded to
-    count). Over --max-wall-s or --max-tokens it exits 12, for a scheduler to gate on.
+    padding efficiency, and an ESTIMATED wall time on this machine: start-up, what the run will
+    spend measuring (the quality gate, faster precisions worth trying, int8's calibration),
+    the model's load and scoring (at the rate of the job's last run, or of a short timed sample
+    of the model when there is none; only the tokenizer is loaded to count). Over --max-wall-s
+    or --max-tokens it exits 12, for a scheduler to gate on.
 
     \b
     Example:
@@ -296,10 +299,19 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
         batchscore plan jobs/embed.toml --json --max-wall-s 3600 && batchscore run jobs/embed.toml
     """
     with paused():
+        from batchscore.observe.phases import process_start
         from batchscore.pipeline.estimate import check_limits, format_plan
         from batchscore.pipeline.estimate import plan as plan_job
+        from batchscore.precision.cache import DecisionCache, cache_folder
 
-    timing = not limits.pop("no_timing")
-    result = plan_job(load(job, overrides), sample_rows=limits.pop("sample_rows"), timing=timing)
+    loaded = load(job, overrides)
+    started, process = time.time(), process_start()  # a run's start-up ends where this plan's does
+    result = plan_job(
+        loaded,
+        sample_rows=limits.pop("sample_rows"),
+        timing=not limits.pop("no_timing"),
+        cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
+        startup_s=started - process if process is not None else None,
+    )
     click.echo(json.dumps(result, indent=2, default=str) if as_json else format_plan(result))
     check_limits(result, job, **limits)

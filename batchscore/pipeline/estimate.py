@@ -1,11 +1,17 @@
 """`batchscore plan`'s time estimate, and the plan as a whole (`plan`, what the CLI calls).
 
-The rate comes from this machine: the last run of the job that scored rows at the same
-precision (padded tokens per second of its scoring wall time, so reading, writing and their
-overlap are in it), or, when there is none, a short timed sample: the model loaded at the job's
-precision scores ~`TIMED_ROWS` rows drawn at random from those to score, after a warm-up batch
-(padded tokens per second of model time; reading and writing overlap with it in a run). Either
-way it is an estimate.
+The estimate is the run's phases (`batchscore.observe.phases`) as this machine would spend them:
+start-up (this very process's), the model's load, what the run will spend measuring, and
+scoring. The scoring rate comes from this machine: the last run of the job that scored rows at
+the same precision (padded tokens per second of its scoring wall time, so reading, writing and
+their overlap are in it), or, when there is none, a short timed sample: the model loaded at the
+precision the run starts with scores ~`TIMED_ROWS` rows drawn at random from those to score,
+after a warm-up batch (padded tokens per second of model time). Measuring follows what the run
+will do (`batchscore.precision.auto`): nothing for a folder that settled, the gate's passes and
+int8's calibration for a fixed precision, and for "auto" each faster precision that can pay for
+itself on this job, at the speed this machine measured for it before or the device's guess.
+The estimate says which of its parts are guesses, and what a machine with an empty cache
+folder would spend (`cold_wall_s`).
 """
 
 from __future__ import annotations
@@ -21,15 +27,21 @@ import pyarrow as pa
 
 from batchscore.errors import OverLimitError
 from batchscore.job.sections import Job
-from batchscore.models.locate import locate
+from batchscore.models.locate import locate, model_identity
+from batchscore.models.tasks import generates
+from batchscore.observe.phases import describe
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.pipeline.executor import Executor, resolve_device
 from batchscore.pipeline.plan import SAMPLE_ROWS, plan_job
 from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import batches
-from batchscore.precision.load import load_at, trial_budget
-from batchscore.precision.settle import concrete
-from batchscore.precision.table import check_precision
+from batchscore.precision.auto import calibration_s, outlook
+from batchscore.precision.budget import longest_unit, model_shape, shape_budget
+from batchscore.precision.cache import DecisionCache, Entry, Measured
+from batchscore.precision.gate import Trial
+from batchscore.precision.load import load_at
+from batchscore.precision.settle import concrete, machine_key
+from batchscore.precision.table import available, check_precision, precision
 
 # The timed sample: rows drawn at random from those to score, and at most this much model time
 # on them. Measured on a busy 2-core CPU, 128 rows (2-3 batches) gave rates 2x apart from one
@@ -38,36 +50,70 @@ TIMED_ROWS = 512
 TIMED_S = 15.0
 
 
-def plan(job: Job, *, sample_rows: int = SAMPLE_ROWS, timing: bool = True) -> dict[str, Any]:
+def plan(
+    job: Job,
+    *,
+    sample_rows: int = SAMPLE_ROWS,
+    timing: bool = True,
+    cache: DecisionCache | None = None,
+    startup_s: float | None = None,
+) -> dict[str, Any]:
     """The dry run: `plan_job`'s counts, and an estimated wall time (None, with the reason,
-    when there is no earlier run and ``timing`` is off)."""
+    when there is no earlier run and ``timing`` is off). ``cache``: this machine's
+    measurements, as the run would read them; ``startup_s``: this process's own start-up, the
+    run's likely one."""
     model_path = locate(job.model)
     ckpt = Checkpoint(job.output.path)
     claimed = job  # as the run claims the output: before its "auto" settings are settled
     settled = ckpt.settled()
-    notes = []
     if settled:  # what the next run will use: the recorded decision
         job = concrete(job, settled)
-    elif job.model.precision != "fp32" or job.batching.max_tokens == "auto":
-        notes.append(
-            f"the run first measures the quality gate on {job.quality.sample_rows} rows "
-            "(its time is not in the estimate)"
-        )
+    timed = job  # the precision and budget the run starts scoring with
     if job.batching.max_tokens == "auto":
-        budget = trial_budget(job)
-        notes.append(f'max_tokens = "auto" is not measured yet; planned with {budget}')
-        job = dataclasses.replace(
-            job, batching=dataclasses.replace(job.batching, max_tokens=budget)
+        timed = with_budget(timed, planned_budget(job, model_path))
+    if job.model.precision == "auto":  # the run starts in fp32: its gate pass is its own work
+        timed = dataclasses.replace(timed, model=dataclasses.replace(job.model, precision="fp32"))
+    check_precision(timed.model.precision, resolve_device(timed.model.device))
+    planned, rows = plan_job(
+        timed,
+        model_path,
+        sample_rows=sample_rows,
+        claimed=claimed,
+        timing_rows=TIMED_ROWS if timing else 0,
+    )
+    entry = None
+    if cache is not None and not settled:
+        entry = cache.get(machine_key(job, model_identity(model_path)))
+    planned["estimate"] = estimate(
+        timed,
+        model_path,
+        planned,
+        ckpt.reports(),
+        timing_rows=rows,
+        auto=job.model.precision == "auto" and not settled,
+        settled=bool(settled),
+        entry=entry or Entry(),
+        startup_s=startup_s,
+    )
+    planned["notes"] = []
+    if job.batching.max_tokens == "auto" and not settled:
+        planned["notes"].append(
+            f'max_tokens = "auto": {timed.batching.max_tokens}, from the model\'s shape'
         )
-    if job.model.precision == "auto":
-        notes.append('precision = "auto" is not measured yet: timed in fp32, the slowest choice')
-        job = dataclasses.replace(job, model=dataclasses.replace(job.model, precision="fp32"))
-    check_precision(job.model.precision, resolve_device(job.model.device))
-    planned, rows = plan_job(job, model_path, sample_rows=sample_rows, claimed=claimed,
-                             timing_rows=TIMED_ROWS if timing else 0)  # fmt: skip
-    planned["estimate"] = estimate(job, model_path, planned, ckpt.reports(), timing_rows=rows)
-    planned["notes"] = notes
     return planned
+
+
+def with_budget(job: Job, budget: int) -> Job:
+    return dataclasses.replace(job, batching=dataclasses.replace(job.batching, max_tokens=budget))
+
+
+def planned_budget(job: Job, model_path: Path) -> int:
+    """The budget "auto" derives from the model's shape on this device, without loading it."""
+    device = resolve_device(job.model.device)
+    name = "fp32" if job.model.precision == "auto" else job.model.precision
+    shape = model_shape(model_path)
+    longest = longest_unit(shape, job.model.max_length, 1)
+    return shape_budget(shape, device=device, dtype=precision(name).dtype, longest=longest)[0]
 
 
 def usable(reports: Iterable[dict[str, Any]], precision: str) -> dict[str, Any] | None:
@@ -91,9 +137,13 @@ def estimate(
     reports: Any,
     *,
     timing_rows: pa.Table | None,
+    auto: bool = False,
+    settled: bool = False,
+    entry: Entry | None = None,
+    startup_s: float | None = None,
 ) -> dict[str, Any]:
-    """Seconds the run should take: model load plus padded tokens at this machine's rate (of
-    the last run, or measured on ``timing_rows``; None: no timing)."""
+    """Seconds the run should take, by phase. ``job`` is at the precision the run starts
+    scoring with (fp32 for an unsettled "auto"); ``entry``: what this machine measured."""
     padding = planned["padding"]
     if not planned["chunks_to_score"]:
         return {"wall_s": 0.0, "basis": "nothing to score: every chunk is committed"}
@@ -105,6 +155,8 @@ def estimate(
             f"the last run ({last.get('run_id', '?')}) on {last.get('device', '?')} in "
             f"{last['precision']}: {rate:,.0f} padded tokens per second of wall time"
         )
+        if last.get("from_gate"):  # its load was the gate's: the gate pass's share of its time
+            load_s = max(last.get("phases", {}).get("loading", load_s), load_s)
     elif timing_rows is not None and timing_rows.num_rows:
         rate, load_s, rows = timed_sample(job, model_path, timing_rows)
         basis = (
@@ -113,15 +165,115 @@ def estimate(
         )
     else:
         return {"wall_s": None, "basis": "no earlier run to go by, and timing is off"}
-    found = {"load_s": round(load_s, 2), "rate": round(rate, 1), "basis": basis}
-    efficiency = padding["efficiency"] or 1.0
-    tokens = planned["tokens"]
-    for key, count in (("wall_s", tokens["value"]), ("low_s", tokens.get("low")),
-                       ("high_s", tokens.get("high"))):  # fmt: skip
-        if count is not None:
-            padded = padding["padded_tokens"] if key == "wall_s" else count / efficiency
-            found[key] = round(load_s + padded / rate, 1)
+    padded = padding["padded_tokens"]
+    sample = min(job.quality.sample_rows, planned["rows_to_score"])
+    sample_tokens = padded * sample / max(planned["rows_to_score"], 1)
+    spend = Spend(job, model_path, rate, load_s, padded, sample_tokens, settled=settled)
+    here = spend.auto(entry or Entry()) if auto else spend.fixed(entry or Entry())
+    cold = spend.auto(Entry()) if auto else spend.fixed(Entry())
+    startup = startup_s or 0.0
+    found: dict[str, Any] = {
+        "wall_s": round(startup + sum(here["parts"].values()), 1),
+        "cold_wall_s": round(startup + sum(cold["parts"].values()), 1),
+        "parts": {
+            "start-up": round(startup, 2),
+            **{k: round(v, 2) for k, v in here["parts"].items()},
+        },
+        "precision": here["precision"],
+        "guesses": here["guesses"],
+        "load_s": round(load_s, 2),
+        "rate": round(rate, 1),
+        "basis": basis,
+    }
+    tokens, efficiency = planned["tokens"], padding["efficiency"] or 1.0
+    if tokens.get("low") is not None:  # the sampled token count's interval, scoring alone
+        for key, count in (("low_s", tokens["low"]), ("high_s", tokens["high"])):
+            extra = (count / efficiency - padded) / here["speed"]
+            found[key] = round(found["wall_s"] + extra, 1)
     return found
+
+
+@dataclasses.dataclass
+class Spend:
+    """What a run of ``padded`` tokens spends beyond start-up, as the run would decide it:
+    ``rate`` and ``load_s`` are the starting precision's; ``sample``: the gate's tokens."""
+
+    job: Job
+    model_path: Path
+    rate: float
+    load_s: float
+    padded: float
+    sample: float
+    settled: bool = False  # the folder's first run decided: nothing is measured again
+
+    def fixed(self, entry: Entry) -> dict[str, Any]:
+        """A settled folder, fp32, or a fixed precision that the gate checks against fp32."""
+        name = self.job.model.precision
+        parts = {"measuring": 0.0, "loading": self.load_s, "scoring": self.padded / self.rate}
+        guesses: list[str] = []
+        if not self.settled and name != "fp32":  # fp32's load and pass, int8's calibration
+            known = entry.measured.get(name)
+            device = resolve_device(self.job.model.device)
+            speedup = known.speedup if known else precision(name).speedup(device)
+            if known is None:
+                guesses.append(
+                    f"fp32's speed, from {name}'s as the device's guess ({speedup:.2f}x)"
+                )
+            fp32 = self.rate / max(speedup, 1e-9)
+            calibrating = calibration_s(name, self.sample, fp32=fp32, speed=self.rate, known=known)
+            parts["measuring"] = self.load_s + self.sample / fp32 + calibrating
+        return {"parts": parts, "precision": name, "guesses": guesses, "speed": self.rate}
+
+    def auto(self, entry: Entry) -> dict[str, Any]:
+        """An unsettled "auto": fp32 first, then each faster precision worth trying, as
+        `batchscore.precision.auto.choose_auto` weighs them (each tried one expected to pass)."""
+        device = resolve_device(self.job.model.device)
+        reference = Trial(
+            "fp32",
+            {},
+            0.0,
+            1,
+            None,
+            None,
+            load_s=self.load_s,
+            tokens_per_s=self.rate,
+            tokens_per_row=self.sample,
+        )
+        left = max(self.padded - self.sample, 0.0)
+        generating = generates(self.job.model, self.model_path)
+        candidates = [
+            p
+            for p in available(device)
+            if precision(p).gated
+            and p not in entry.unusable
+            and (precision(p).generates or not generating)
+        ]
+        speed, chosen, measuring, guesses = self.rate, "fp32", 0.0, []
+        ranked = sorted(
+            candidates, key=lambda n: -(entry.measured.get(n) or guess(n, device)).speedup
+        )
+        for name in ranked:
+            weighed = outlook(
+                name,
+                device,
+                reference=reference,
+                left_tokens=left,
+                best_speed=speed,
+                known=entry.measured.get(name),
+            )
+            if not weighed.worth_trying:
+                continue
+            own_pass = self.sample / (self.rate * weighed.speedup)
+            measuring += self.sample / speed + weighed.cost_s - own_pass  # the last pass, wasted
+            speed, chosen = self.rate * weighed.speedup, name
+            if weighed.guessed:
+                guesses.append(f"{name}'s speed: the device's guess ({weighed.speedup:.2f}x fp32)")
+        parts = {"measuring": measuring, "loading": self.load_s, "scoring": self.padded / speed}
+        return {"parts": parts, "precision": chosen, "guesses": guesses, "speed": speed}
+
+
+def guess(name: str, device: Any) -> Measured:
+    return Measured(speedup=precision(name).speedup(device), load_s=0.0)
 
 
 def timed_sample(job: Job, model_path: Path, table: pa.Table) -> tuple[float, float, int]:
@@ -190,9 +342,13 @@ def format_plan(p: dict[str, Any]) -> str:
         lines.append(f"  ESTIMATE: none ({est['basis']})")
     else:
         spread = f" ({est['low_s']:,.0f} to {est['high_s']:,.0f} s)" if "low_s" in est else ""
-        lines.append(f"  ESTIMATE: ~{est['wall_s']:,.0f} s wall time{spread}")
-        if "load_s" in est:
+        lines.append(f"  ESTIMATE: ~{est['wall_s']:,.1f} s wall time{spread}")
+        if "parts" in est:
+            lines.append(f"    {describe(est['parts'])}; scoring at {est['precision']}")
             lines.append(f"    model load {est['load_s']:.1f} s; rate from {est['basis']}")
+            lines += [f"    a guess: {g}" for g in est["guesses"]]
+            if est["cold_wall_s"] != est["wall_s"]:
+                lines.append(f"    with an empty cache folder: ~{est['cold_wall_s']:,.1f} s")
         else:
             lines.append(f"    {est['basis']}")
     lines += [f"  note: {n}" for n in p["notes"]]

@@ -89,22 +89,30 @@ def outlook(
 ) -> Outlook:
     """Weigh ``name`` against the current best (``best_speed`` padded tokens/s) for the rest
     of the job (``left_tokens``), from fp32's ``reference`` pass over the sample."""
-    entry = precision(name)
     guessed = known is None
-    speedup = entry.speedup(device) if known is None else known.speedup
+    speedup = precision(name).speedup(device) if known is None else known.speedup
     speed = reference.tokens_per_s * speedup
     saving = left_tokens / max(best_speed, 1e-9) - left_tokens / max(speed, 1e-9)
     sample_tokens = reference.tokens_per_row * reference.rows
     load = reference.load_s if known is None else known.load_s
-    calibrate = 0.0
-    if entry.calibrated:  # half the sample, once in fp32 and a bounded number of passes at speed
-        if known is not None and known.calibrate_s:
-            calibrate = known.calibrate_s * sample_tokens / 1000
-        else:
-            half = sample_tokens / 2
-            calibrate = half / reference.tokens_per_s + CALIBRATION_PASSES * half / speed
+    fp32 = reference.tokens_per_s
+    calibrate = calibration_s(name, sample_tokens, fp32=fp32, speed=speed, known=known)
     cost = load + calibrate + sample_tokens / speed
     return Outlook(name, speedup, saving, cost, guessed)
+
+
+def calibration_s(
+    name: str, sample_tokens: float, *, fp32: float, speed: float, known: Measured | None
+) -> float:
+    """Seconds ``name``'s calibration is expected to take on the gate's sample (none for a
+    precision that needs none): as measured here before, or half the sample once in fp32
+    (``fp32`` padded tokens/s) and `CALIBRATION_PASSES` times at ``speed``."""
+    if not precision(name).calibrated:
+        return 0.0
+    if known is not None and known.calibrate_s:
+        return known.calibrate_s * sample_tokens / 1000
+    half = sample_tokens / 2
+    return half / max(fp32, 1e-9) + CALIBRATION_PASSES * half / max(speed, 1e-9)
 
 
 def choose_auto(

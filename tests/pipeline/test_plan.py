@@ -10,15 +10,21 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 import transformers
 from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.job.load import load_job
+from batchscore.models.locate import locate, model_identity
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.estimate import plan
+from batchscore.precision.cache import DecisionCache, Entry, Measured
+from batchscore.precision.settle import machine_key
+from batchscore.precision.table import available
 from tests.conftest import record_of, write_job
 from tests.models import tiny
+from tests.reliability import make_job
 
 
 def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,3 +164,30 @@ def test_a_plan_over_mixed_layouts_and_bad_shards_names_the_bad_ones(embed_job: 
         assert sorted(failures) == ["docs-003.parquet", "docs-004.parquet"]
         assert "column 'text' appears 2 times" in failures["docs-003.parquet"]
         assert "not a readable Parquet file" in failures["docs-004.parquet"]
+
+
+def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, small_corpus):
+    """An unsettled "auto": the estimate has each phase, scores at the precision the run is
+    expected to choose, and says which speeds are guesses; with this machine's measurement in
+    the cache, the measured ratio replaces the guess."""
+
+    job = load_job(
+        make_job(tmp_path, small_corpus), ["model.precision=auto", "quality.sample_rows=16"]
+    )
+    faster = [p for p in available(torch.device("cpu")) if p != "fp32"]
+    cache = DecisionCache(tmp_path / "cache")
+    cold = plan(job, cache=cache, startup_s=1.5)["estimate"]
+    assert set(cold["parts"]) == {"start-up", "measuring", "loading", "scoring"}
+    assert cold["parts"]["start-up"] == 1.5
+    assert cold["wall_s"] == pytest.approx(sum(cold["parts"].values()), abs=0.1)
+    assert cold["cold_wall_s"] == cold["wall_s"]  # an empty cache: this machine is cold
+    if cold["precision"] != "fp32":
+        assert cold["parts"]["measuring"] > 0 and cold["guesses"]
+    if not faster:
+        return
+    name = faster[0]
+    key = machine_key(job, model_identity(locate(job.model)))
+    cache.put(key, Entry({name: Measured(speedup=50.0, load_s=0.1)}))
+    warm = plan(job, cache=cache)["estimate"]
+    assert warm["precision"] == name and not any(name in g for g in warm["guesses"])
+    assert warm["parts"]["scoring"] < cold["parts"]["scoring"]
