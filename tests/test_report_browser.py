@@ -79,7 +79,7 @@ def test_the_report_page_loads_cleanly_and_draws_every_chart(
     texts[3] = texts[11] = None
     column = rows.schema.get_field_index("text")
     rows = rows.set_column(column, "text", pa.array(texts, pa.string()))
-    pq.write_table(rows, tmp_path / "in/docs-003.parquet")
+    pq.write_table(rows, tmp_path / "in/docs_$x$-003.parquet")  # not math: drawn as named
     (tmp_path / "in/docs-004.parquet").write_bytes(b"not parquet")
     ran = invoke("run", str(embed_job), "--progress", "off", "--set", 'output.on_error="skip"')
     assert ran.exit_code == 3, ran.output  # one shard failed; the others committed
@@ -106,6 +106,7 @@ def test_the_report_page_loads_cleanly_and_draws_every_chart(
         assert marks > 10, f"{chart.get_attribute('id')} drew {marks} marks"
     assert "failed" in browser.find_element(By.ID, "shards").text
     assert "rows with an error" in browser.find_element(By.ID, "shards").text
+    assert "docs_$x$-003.parquet" in browser.find_element(By.ID, "shards").text
     cards = browser.find_element(By.CLASS_NAME, "figures").text
     assert "390" in cards and "rows scored" in cards and "padding efficiency" in cards
     assert "docs-004.parquet" in browser.find_element(By.TAG_NAME, "table").text

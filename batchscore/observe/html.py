@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import io
+import warnings
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
@@ -52,10 +53,24 @@ def matplotlib_figure() -> Any:
 
 
 def svg(draw: Callable[[Any], None], salt: str) -> str:
-    """One chart as an inline ``<svg>`` element: text kept as text, ids unique on the page."""
+    """One chart as an inline ``<svg>`` element: text kept as text, ids unique on the page.
+
+    Every text is drawn as given: shard names come from the input, and matplotlib would read
+    ``export_$$.parquet`` as math (and fail) or ``a_$x$_b`` as a subscript. A glyph the font
+    lacks is no matter either: the text stays text, drawn by the browser's own fonts.
+    """
     matplotlib, figure_class = matplotlib_figure()
-    settings = {"svg.fonttype": "none", "svg.hashsalt": salt, "font.size": 9}
-    with matplotlib.rc_context(settings):
+    settings = {
+        "svg.fonttype": "none",
+        "svg.hashsalt": salt,
+        "font.size": 9,
+        "text.parse_math": False,
+        "text.usetex": False,
+    }
+    with matplotlib.rc_context(settings), warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="Glyph .* missing from font", category=UserWarning
+        )
         fig = figure_class(figsize=(6.4, 3.3), layout="constrained")
         draw(fig)
         buffer = io.StringIO()
@@ -129,14 +144,15 @@ def draw_shards(numbers: dict[str, Any]) -> Callable[[Any], None]:
 
     def draw(fig: Any) -> None:
         ax = fig.add_subplot()
-        names = [s["shard"].rsplit("/", 1)[-1] for s in shards]
+        rows = range(len(shards))  # one bar each, by position: two shards may share a name
         now = [s["this_run"] for s in shards]
         earlier = [s["earlier"] for s in shards]
-        ax.barh(names, earlier, color=GREY, label="committed earlier")
-        ax.barh(names, now, left=earlier, color=BLUE, label="committed by this run")
+        ax.barh(rows, earlier, color=GREY, label="committed earlier")
+        ax.barh(rows, now, left=earlier, color=BLUE, label="committed by this run")
         bad = [s["bad_rows"] for s in shards]
         if any(bad):
-            ax.barh(names, bad, height=0.3, color=ORANGE, label="rows with an error")
+            ax.barh(rows, bad, height=0.3, color=ORANGE, label="rows with an error")
+        ax.set_yticks(rows, labels=shard_labels([s["shard"] for s in shards]))
         for i, s in enumerate(shards):
             if s["error"]:
                 ax.annotate("failed", (0, i), xytext=(4, 0), textcoords="offset points",
@@ -146,6 +162,23 @@ def draw_shards(numbers: dict[str, Any]) -> Callable[[Any], None]:
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
 
     return draw
+
+
+def shard_labels(shards: list[str]) -> list[str]:
+    """Each shard's file name, or its whole path where file names repeat (``a/x.parquet`` and
+    ``b/x.parquet``); a character that is not printable (a newline, an undecodable byte) is
+    shown as its escape, never drawn."""
+    names = [shard.rsplit("/", 1)[-1] for shard in shards]
+    if len(set(names)) < len(names):
+        names = list(shards)
+    return [printable(name) for name in names]
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable written as its Python escape."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
 
 
 CHARTS = (
@@ -237,7 +270,7 @@ def render(numbers: dict[str, Any]) -> str:
 def write_page(numbers: dict[str, Any], path: str | Path) -> None:
     """Render the page and write it to ``path``; a failure is a `WriteError` naming it."""
     page = render(numbers)
-    try:
-        Path(path).write_text(page, encoding="utf-8")
+    try:  # a shard name that is not UTF-8 (an undecodable byte) is written as its escape
+        Path(path).write_text(page, encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise write_error(path, exc) from exc
