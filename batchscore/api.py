@@ -148,13 +148,12 @@ def score_frame(frame: Frame, job: Job) -> Any:
     """`score`'s work on a frame, once the job is built (the caller holds `TURN`)."""
     task = job.model.task
     kinds = input_kinds(task, job.input, job.task)
-    missing = [c for c in kinds if c not in frame.names]
-    if missing:
-        raise InputDataError(
-            f"{MEMORY}: missing column(s) {', '.join(missing)}; it has {', '.join(frame.names)}"
-        )
-    table = frame.arrow(list(kinds))
+    read = frame.arrow(kinds)
+    table = read.table
     check_columns(MEMORY_SHARD, table.schema, (), kinds)  # each column of the kind it must be
+    if read.bad and job.output.on_error == "fail":  # a cell that is not text: nothing to load
+        row, message = next(iter(read.bad.items()))
+        raise InputDataError(f"{MEMORY}: row {row}, {message}")
     ready = load(job, table)
     written = [f.name for f in ready.task.columns]
     written += ["error"] if job.output.on_error == "skip" else []
@@ -170,7 +169,19 @@ def score_frame(frame: Frame, job: Job) -> Any:
         settled, table, task=ready.task, executor=ready.executor,
         progress=Progress(table.num_rows, "off"), known=known,
     )  # fmt: skip
-    return frame.with_columns(scored)
+    return frame.with_columns(with_errors(scored, read.bad))
+
+
+def with_errors(scored: pa.Table, bad: dict[int, str]) -> pa.Table:
+    """``scored`` with each of ``bad``'s rows (a cell that was not text, read as null) carrying
+    what was wrong with it rather than "text is null"."""
+    if not bad:
+        return scored
+    errors = scored.column("error").to_pylist()
+    for row, message in bad.items():
+        errors[row] = message
+    where = scored.schema.get_field_index("error")
+    return scored.set_column(where, "error", pa.array(errors, pa.string()))
 
 
 def data_job(
