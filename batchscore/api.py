@@ -79,16 +79,16 @@ def run(
             would exit with it. `ShardsFailedError` when shards failed: the others were
             committed, and its ``report`` (a `RunReport`) names the failures.
     """
-    loaded = job_of(job, overrides)
-    if progress not in (None, "bar", "log", "off"):
-        raise JobError(f'run(): progress: expected "bar", "log" or "off", got {progress!r}')
-    try:
+    with TURN:
+        loaded = job_of(job, overrides)
+        if progress not in (None, "bar", "log", "off"):
+            raise JobError(f'run(): progress: expected "bar", "log" or "off", got {progress!r}')
         cache = DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir))
-        with TURN:
+        try:
             report = run_job(loaded, restart=restart, progress=progress or "off", cache=cache)
-    except ShardsFailedError as exc:
-        exc.report = RunReport.of(exc.report)
-        raise
+        except ShardsFailedError as exc:
+            exc.report = RunReport.of(exc.report)
+            raise
     return RunReport.of(report)
 
 
