@@ -96,7 +96,8 @@ def test_the_report_page_loads_cleanly_and_draws_every_chart(
     problems = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert problems == []
     charts = browser.find_elements(By.CSS_SELECTOR, "figure.chart")
-    assert [c.get_attribute("id") for c in charts] == ["lengths", "throughput", "padding", "shards"]
+    ids = [c.get_attribute("id") for c in charts]
+    assert ids == ["phases", "lengths", "throughput", "padding", "shards"]
     for chart in charts:
         drawing = chart.find_element(By.TAG_NAME, "svg")
         assert drawing.size["width"] > 300 and drawing.size["height"] > 150, chart.text

@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from batchscore.observe.phases import PHASES
+
 HISTOGRAM_BINS = 64  # at most, for the token-length histogram
 BUCKETS = 12  # at most, for padding efficiency per bucket of batch widths
 KEY_FIGURES = (
@@ -107,6 +109,13 @@ def shards(report: dict[str, Any], status: dict[str, Any]) -> list[dict[str, Any
     return found
 
 
+def phases(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's wall time by phase, in order (`batchscore.observe.phases`), start-up first:
+    what a first run on a fresh machine spent measuring shows beside what it spent scoring."""
+    spent = report.get("phases") or {}
+    return [{"phase": name, "seconds": spent[name]} for name in PHASES if name in spent]
+
+
 def pick_run(reports: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """The run to report (reports newest first): the newest that scored rows or failed, since a
     run that found everything committed has nothing to draw; else the newest."""
@@ -136,6 +145,7 @@ def page_numbers(report: dict[str, Any], status: dict[str, Any]) -> dict[str, An
         "cuts": cuts(shape.get("batches", [])),
         "buckets": buckets(shape.get("batches", [])),
         "timeline": rates(report.get("timeline", {}), report.get("replicas", 1)),
+        "phases": phases(report),
         "shards": shards(report, status),
         "failures": report.get("failed_shards", []),
     }

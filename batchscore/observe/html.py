@@ -99,6 +99,40 @@ def draw_lengths(numbers: dict[str, Any]) -> Callable[[Any], None]:
     return draw
 
 
+PHASE_COLOURS = {
+    "start-up": GREY,
+    "preparing": "#718096",
+    "measuring": ORANGE,
+    "loading": "#805ad5",
+    "scoring": BLUE,
+    "finishing": GREEN,
+}
+
+
+def draw_phases(numbers: dict[str, Any]) -> Callable[[Any], None]:
+    spent = numbers["phases"]
+
+    def draw(fig: Any) -> None:
+        fig.set_figheight(1.9)
+        ax = fig.add_subplot()
+        total = sum(p["seconds"] for p in spent) or 1.0
+        left = 0.0
+        for p in spent:
+            seconds = p["seconds"]
+            label = f"{p['phase']} {seconds:,.1f} s"
+            ax.barh(0, seconds, left=left, color=PHASE_COLOURS.get(p["phase"], GREY), label=label)
+            if seconds / total > 0.08:  # wide enough to say its seconds inside
+                middle = (left + seconds / 2, 0)
+                ax.annotate(f"{seconds:,.1f} s", middle, ha="center", va="center", color="white")
+            left += seconds
+        ax.set_yticks([])
+        ax.set_xlim(0, total)
+        ax.set_xlabel("seconds, from the process's start to the run's end")
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
+
+    return draw
+
+
 def draw_timeline(numbers: dict[str, Any]) -> Callable[[Any], None]:
     points = numbers["timeline"]
 
@@ -182,6 +216,10 @@ def printable(text: str) -> str:
 
 
 CHARTS = (
+    ("phases", "Where the time went", "phases", draw_phases,
+     "The whole run's wall time by phase: start-up, preparing, measuring (what the job left to "
+     "measurement cost beyond its own work: the gate, precisions tried, int8's calibration), "
+     "loading the model, scoring (reading, scoring and committing side by side) and finishing."),
     ("lengths", "Token lengths, and where the sampler cut batches", "histogram", draw_lengths,
      "Rows by token length; each orange line is a batch width the sampler chose (darker: more "
      "batches). Rows are padded up to the next line, so lines close to the bars mean little "
@@ -210,6 +248,13 @@ def chart(key: str, title: str, data: str, draw: Any, caption: str, numbers: dic
     )
 
 
+def spent(numbers: dict[str, Any], phase: str, older: str) -> float:
+    """Seconds the run spent in ``phase``, or, for a run from before phases were recorded, the
+    report's ``older`` figure for it."""
+    phases = {p["phase"]: p["seconds"] for p in numbers.get("phases", [])}
+    return float(phases.get(phase, numbers["figures"].get(older, 0.0)))
+
+
 def figure_cards(numbers: dict[str, Any]) -> str:
     f = numbers["figures"]
     cards = [
@@ -220,7 +265,8 @@ def figure_cards(numbers: dict[str, Any]) -> str:
         (f"{f.get('tokens', 0):,}", "real tokens"),
         (f"{f.get('padding_efficiency', 1):.3f}", "padding efficiency"),
         (f"{100 * f.get('model_busy_share', 0):.1f}%", "model busy"),
-        (f"{f.get('load_s', 0):.1f} s", "model load"),
+        (f"{spent(numbers, 'loading', 'load_s'):.1f} s", "model load"),
+        (f"{spent(numbers, 'measuring', 'tuning_s'):.1f} s", "measuring (gate, calibration)"),
         (f"{f.get('precision', '?')} on {f.get('device', '?')}", "precision, device"),
         (f"{f.get('bad_rows', 0):,}", "rows with an error"),
         (f"{len(numbers['failures'])}", "failed shards"),

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.observe.figures import buckets, histogram, page_numbers, pick_run, rates
 from batchscore.observe.html import render
+from batchscore.observe.phases import PHASES
 from batchscore.observe.shape import Shape
 from batchscore.pipeline.sampler import form_batches, padded_tokens
 
@@ -59,7 +60,7 @@ def test_the_run_to_report_is_the_newest_that_did_something():
 def test_a_report_without_recorded_shape_still_renders():
     old = {"job": "j", "rows": 3, "wall_s": 1.0, "outcome": "ok", "failed_shards": []}
     page = render(page_numbers(old, {"shards": []}))
-    assert page.count("Not recorded by this run") == 4 and "<script" not in page
+    assert page.count("Not recorded by this run") == 5 and "<script" not in page
 
 
 def test_report_command(embed_job: Path, tmp_path: Path):
@@ -77,4 +78,18 @@ def test_report_command(embed_job: Path, tmp_path: Path):
     made = runner.invoke(main, ["report", str(embed_job), "-o", str(tmp_path / "r.html")])
     assert made.exit_code == 0 and ": ok" in made.output
     page = (tmp_path / "r.html").read_text()
-    assert page.count("<svg") == 4 and "embed" in page
+    assert page.count("<svg") == 5 and "embed" in page
+
+
+def test_the_page_draws_where_the_whole_runs_time_went():
+    """The phases chart spans the whole run, start-up to the end, measuring in seconds."""
+    spent = [1.5, 0.5, 31.0, 1.0, 7.0, 0.5]
+    phases = dict(zip(PHASES, spent, strict=True))
+    report = {"job": "j", "rows": 3, "wall_s": 40.0, "outcome": "ok", "failed_shards": []}
+    report["phases"] = phases
+    numbers = page_numbers(report, {"shards": []})
+    assert [p["phase"] for p in numbers["phases"]] == list(PHASES)
+    page = render(numbers)
+    chart = page[page.index('id="phases"') : page.index("</figure>", page.index('id="phases"'))]
+    assert "<svg" in chart and "measuring 31.0 s" in chart and "start-up 1.5 s" in chart
+    assert "<b>31.0 s</b><span>measuring" in page
