@@ -1,5 +1,5 @@
 """``python -m batchscore`` is the ``batchscore`` command."""
 
-from batchscore.cli import main
+from batchscore.cli import console
 
-main()
+console()

@@ -18,6 +18,7 @@ from batchscore.errors import MetricsError
 from batchscore.exits import json_logs, reports_errors, stopping_on_signals
 from batchscore.job.load import load_job
 from batchscore.job.sections import Job
+from batchscore.observe.phases import process_start
 from batchscore.pipeline.heap import paused
 from batchscore.version import __version__
 
@@ -34,6 +35,19 @@ SET = click.option(
 
 def load(job: str, overrides: tuple[str, ...]) -> Job:
     return load_job(job, list(overrides))
+
+
+def console() -> None:
+    """The `batchscore` command and `python -m batchscore`: a process of its own, so its
+    start-up (interpreter, imports) is the run's first phase; `main` called from within another
+    program (a test's runner) has no start-up of its own to count."""
+    main(obj={"process_started": process_start()})
+
+
+def process_started() -> float | None:
+    """When this command's own process started, where `console` knows it."""
+    obj = click.get_current_context().obj
+    return obj.get("process_started") if isinstance(obj, dict) else None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -113,7 +127,6 @@ def run(
     from pathlib import Path
 
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
-        from batchscore.observe.phases import process_start
         from batchscore.observe.report import summary
         from batchscore.pipeline.driver import run_job
         from batchscore.precision.cache import DecisionCache, cache_folder
@@ -132,7 +145,7 @@ def run(
                 accept_quality=accept_quality,
                 metrics_file=Path(metrics_file) if metrics_file else None,
                 cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
-                process_started=process_start(),
+                process_started=process_started(),
             )
     except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
         click.echo(summary(exc.report))
@@ -299,19 +312,18 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
         batchscore plan jobs/embed.toml --json --max-wall-s 3600 && batchscore run jobs/embed.toml
     """
     with paused():
-        from batchscore.observe.phases import process_start
         from batchscore.pipeline.estimate import check_limits, format_plan
         from batchscore.pipeline.estimate import plan as plan_job
         from batchscore.precision.cache import DecisionCache, cache_folder
 
     loaded = load(job, overrides)
-    started, process = time.time(), process_start()  # a run's start-up ends where this plan's does
+    process = process_started()  # a run's start-up would end here, as this plan's does
     result = plan_job(
         loaded,
         sample_rows=limits.pop("sample_rows"),
         timing=not limits.pop("no_timing"),
         cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
-        startup_s=started - process if process is not None else None,
+        startup_s=time.time() - process if process is not None else None,
     )
     click.echo(json.dumps(result, indent=2, default=str) if as_json else format_plan(result))
     check_limits(result, job, **limits)
