@@ -4,6 +4,10 @@ Both raise the package's exceptions (`batchscore.errors`, each with the CLI's ``
 never ``SystemExit``. `score` keeps loaded models in this process (`LOADED`), so a notebook that
 scores twice with the same settings loads, gates and calibrates the model once.
 
+A call that takes longer than `SAY_AFTER_S` says what it is doing on stderr (loading the model,
+the quality gate, then a progress bar), unless the program logs for itself: a notebook's first
+call on a fresh machine is not silent for a minute.
+
 Calls from several threads take turns (`TURN`): a loaded model (its counters, its generation
 caches, the gate's results) serves one call at a time, torch already spreads one call over
 every core, and two calls loading models at once would import transformers from two threads,
@@ -34,6 +38,7 @@ from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
 from batchscore.models.base import Task
 from batchscore.models.locate import locate, model_identity
 from batchscore.models.tasks import input_kinds
+from batchscore.observe.logs import slow_steps
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunReport
 from batchscore.pipeline.driver import run_job
@@ -46,6 +51,7 @@ from batchscore.precision.load import load_at
 from batchscore.precision.settle import settle
 
 __all__ = ["RunReport", "run", "score"]
+SAY_AFTER_S = 1.0  # a step (or scoring) that runs longer is said, on stderr
 D = TypeVar("D")
 Overrides = Mapping[str, Any] | Sequence[str]
 # Job keys `score` takes as options, by section; the others make no sense without files.
@@ -140,12 +146,14 @@ def score(
         ModelError, QualityGateError: as for a job.
     """
     frame = Frame.of(data)
-    with TURN:
-        return score_frame(frame, data_job(task=task, model=model, text=text, options=options))
+    with TURN, slow_steps(SAY_AFTER_S) as saying:
+        job = data_job(task=task, model=model, text=text, options=options)
+        return score_frame(frame, job, progress="bar" if saying else "off")
 
 
-def score_frame(frame: Frame, job: Job) -> Any:
-    """`score`'s work on a frame, once the job is built (the caller holds `TURN`)."""
+def score_frame(frame: Frame, job: Job, progress: str = "off") -> Any:
+    """`score`'s work on a frame, once the job is built (the caller holds `TURN`); ``progress``
+    "bar" shows a bar on stderr once scoring has taken `SAY_AFTER_S`."""
     task = job.model.task
     kinds = input_kinds(task, job.input, job.task)
     read = frame.arrow(kinds)
@@ -167,7 +175,7 @@ def score_frame(frame: Frame, job: Job) -> Any:
     known, ready.known = ready.known, None  # the gate's results: for this call's rows alone
     scored, _ = score_table(
         settled, table, task=ready.task, executor=ready.executor,
-        progress=Progress(table.num_rows, "off"), known=known,
+        progress=Progress(table.num_rows, progress, delay_s=SAY_AFTER_S), known=known,
     )  # fmt: skip
     return frame.with_columns(with_errors(scored, read.bad))
 

@@ -12,9 +12,10 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from batchscore.observe.spinner import SpinnerHandler
 
@@ -91,3 +92,73 @@ def run_context(**fields: Any) -> Iterator[None]:
         yield
     finally:
         log.removeFilter(add)
+
+
+class SlowSteps(logging.Handler):
+    """Says each slow step (a `stage`: loading the model, the quality gate, calibration) once
+    it has run ``after_s`` seconds, and then when it ended; quick steps pass unsaid. Warnings and
+    errors are said at once, as Python says them when nothing else logs."""
+
+    def __init__(self, after_s: float, stream: TextIO) -> None:
+        super().__init__(logging.INFO)
+        self.after_s, self.stream = after_s, stream
+        self.pending: dict[str, threading.Timer] = {}
+        self.said: set[str] = set()
+        self.turn = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            self.say(record.getMessage())
+            return
+        stage, phase = getattr(record, "stage", None), getattr(record, "phase", None)
+        if stage is None:
+            return
+        with self.turn:
+            if phase == "start":
+                timer = threading.Timer(self.after_s, self.begun, (stage, record.getMessage()))
+                timer.daemon = True
+                self.pending[stage] = timer
+                timer.start()
+            elif phase == "end":
+                timer = self.pending.pop(stage, None)
+                if timer is not None:
+                    timer.cancel()
+                if stage in self.said:
+                    self.said.discard(stage)
+                    self.say(record.getMessage())
+
+    def begun(self, stage: str, message: str) -> None:
+        with self.turn:
+            if self.pending.pop(stage, None) is not None:  # not ended meanwhile
+                self.said.add(stage)
+                self.say(message)
+
+    def say(self, message: str) -> None:
+        self.stream.write(f"batchscore: {message}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        with self.turn:
+            for timer in self.pending.values():
+                timer.cancel()
+            self.pending.clear()
+        super().close()
+
+
+@contextlib.contextmanager
+def slow_steps(after_s: float = 1.0, stream: TextIO | None = None) -> Iterator[bool]:
+    """While a call from Python runs (`batchscore.score` in a notebook), say on ``stream``
+    (stderr) each step that takes longer than ``after_s``, unless the program has set up
+    logging itself: then its handlers and levels decide. Yields whether it is saying."""
+    if log.hasHandlers():
+        yield False
+        return
+    handler, level = SlowSteps(after_s, stream or sys.stderr), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield True
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        handler.close()

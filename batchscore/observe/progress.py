@@ -50,7 +50,8 @@ class Progress:
     """A tqdm bar on a terminal; elsewhere (cron, CI logs) a log line every `every_s` seconds.
 
     ``busy`` reads the model's busy seconds so far, for the timeline; log lines that arrive
-    while the bar is drawn are printed above it instead of through it.
+    while the bar is drawn are printed above it instead of through it. ``delay_s``: the bar
+    shows only once scoring has taken that long (a quick call says nothing).
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class Progress:
         mode: str,
         every_s: float = 10.0,
         busy: Callable[[], float] = lambda: 0.0,
+        delay_s: float = 0.0,
     ) -> None:
         self.mode, self.every_s, self.total = mode, every_s, total_rows
         self.rows, self.tokens = 0.0, 0
@@ -70,7 +72,7 @@ class Progress:
         if mode == "bar":
             self.redirect = logging_redirect_tqdm()  # the root logger's console handler
             self.redirect.__enter__()
-            self.bar = tqdm(total=total_rows, unit="row", dynamic_ncols=True)
+            self.bar = tqdm(total=total_rows, unit="row", dynamic_ncols=True, delay=delay_s)
 
     def advance(self, rows: float, tokens: int) -> None:
         if self.first_batch_at is None and tokens:
