@@ -74,6 +74,7 @@ soak: setup
 
 bench: setup
 	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench_cold.py
 	$(BIN)/python scripts/bench_startup.py
 	$(BIN)/python scripts/bench_shards.py
 
