@@ -172,7 +172,7 @@ def report(
     plans: list[tuple[float, float]],
 ) -> None:
     print(f"{task}, {size:,} rows:")
-    print(f"  {'variant':<22} {'process s':>9} {'measuring s':>11} {'share':>6}  chose")
+    print(f"  {'variant':<28} {'process s':>9} {'measuring s':>11} {'share':>6}  chose")
     seconds = {}
     for name, rs in runs.items():
         process = statistics.median(r["process_s"] for r in rs)
@@ -180,10 +180,10 @@ def report(
         seconds[name] = process
         budget = (rs[-1].get("settled") or {}).get("batching", {}).get("max_tokens")
         chose = f"{rs[-1].get('precision')}" + (f", max_tokens {budget}" if budget else "")
-        print(f"  {name:<22} {process:>9.1f} {meas:>11.1f} {meas / process:>6.1%}  {chose}")
+        print(f"  {name:<28} {process:>9.1f} {meas:>11.1f} {meas / process:>6.1%}  {chose}")
     if st:
         seconds["st"] = statistics.median(st)
-        print(f"  {'sentence-transformers ' + st_precision:<22} {seconds['st']:>9.1f}")
+        print(f"  {'sentence-transformers ' + st_precision:<28} {seconds['st']:>9.1f}")
     best = min((s, n) for n, s in seconds.items() if n.startswith("fixed"))
     cold = seconds["default, cold"] / best[0]
     print(f"  default cold vs the best fixed setting ({best[1]}): {cold:.2f}x its wall time")
