@@ -135,7 +135,8 @@ EXIT_CODES: dict[int, str] = {
     ModelError.exit_code: "the model could not be found or loaded",
     OutputConflictError.exit_code: "the output folder holds work from another job or "
     "configuration, or a file batchscore did not write where a chunk's output goes",
-    WriteError.exit_code: "an output chunk or checkpoint could not be written",
+    WriteError.exit_code: "an output chunk or checkpoint could not be written (disk full, "
+    "permissions, or a symbolic link inside the output folder)",
     TransientIOError.exit_code: "reading input failed transiently (I/O error); run again later",
     QualityGateError.exit_code: "the precision fails its quality gate against fp32; nothing scored",
     EngineError.exit_code: "the Ray cluster could not be reached, or its model actors kept dying",

@@ -7,6 +7,8 @@ and passes to `arm`. A spec is ``point[@n]:action`` (comma-separated for several
 hit of ``point`` (every hit when ``@n`` is absent), do ``action``:
 
 - ``kill``: SIGKILL this process (a crash: no cleanup, no flush);
+- ``stop``: SIGSTOP this process, so a test can act at a known point (send a signal, change
+  the input) before it sends SIGCONT, however fast the machine would otherwise have finished;
 - ``enospc`` / ``eacces`` / ``eio``: raise that OSError (disk full, permission, transient I/O);
 - ``oom``: raise ``torch.OutOfMemoryError``; ``oom>N``: only for batches over N padded tokens.
 """
@@ -57,7 +59,7 @@ def parse(spec: str) -> dict[str, Fault]:
         over = None
         if action.startswith("oom>"):
             action, over = "oom", int(action[4:])
-        if point not in POINTS or action not in ("kill", "oom", *ERRORS):
+        if point not in POINTS or action not in ("kill", "stop", "oom", *ERRORS):
             raise ValueError(f"bad fault spec {item!r}; points: {', '.join(POINTS)}")
         faults[point] = Fault(action, int(nth) if nth else None, over)
     return faults
@@ -89,6 +91,9 @@ def hit(point: str, tokens: int = 0) -> None:
         return
     if fault.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if fault.action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
     if fault.action == "oom":
         if fault.over is None or tokens > fault.over:
             import torch

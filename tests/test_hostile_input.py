@@ -287,17 +287,19 @@ def test_a_damaged_job_record_the_data_files_do_not_prove_stops_the_run(job: Pat
 # -- signals and metrics ----------------------------------------------------------------------
 
 
-def start(job: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def start(job: Path, *args: str, faults: str = "") -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BATCHSCORE_FAULTS": faults}
     command = [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off", *args]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def wait_for_commits(out: Path, count: int, proc: subprocess.Popen) -> None:
+def wait_until_stopped(proc: subprocess.Popen) -> None:
+    """Until the process is stopped (its own SIGSTOP, from a ``stop`` fault)."""
     deadline = time.time() + 240
-    while len(list((out / "_batchscore/done").glob("*.json"))) < count:
+    stat = Path(f"/proc/{proc.pid}/stat")
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "T":
         assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.time() < deadline, "no commit in time"
+        assert time.time() < deadline, "the run never reached its stop"
         time.sleep(0.05)
 
 
@@ -308,9 +310,12 @@ def test_sigterm_and_sighup_stop_cleanly_and_the_next_run_resumes(
 ):
     job = make_job(tmp_path, small_corpus.slice(0, 120), chunk_rows=5)
     metrics = tmp_path / "run.prom"
-    proc = start(job, "--metrics-file", str(metrics))
-    wait_for_commits(tmp_path / "out", 2, proc)
+    # the run stops itself after its second commit, so the signal meets it mid-run on a fast
+    # machine too (signalled while it ran, it could finish first)
+    proc = start(job, "--metrics-file", str(metrics), faults="after-record@2:stop")
+    wait_until_stopped(proc)
     proc.send_signal(signum)
+    proc.send_signal(signal.SIGCONT)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stderr.decode()
     assert f"stopped by {signal.Signals(signum).name}" in stderr.decode()

@@ -145,8 +145,8 @@ def summary(report: dict[str, Any]) -> str:
             *[f"  scored again: {r['why']}" for r in report.get("redone", [])],
             *(
                 [
-                    f"  output kept of {len(report['gone_shards'])} shard(s) no longer input "
-                    "(batchscore status lists them)"
+                    f"  gone: {len(report['gone_shards'])} shard(s) no longer input; their "
+                    "output left the data files, kept under _batchscore/gone/ (status lists them)"
                 ]
                 if report.get("gone_shards")
                 else []

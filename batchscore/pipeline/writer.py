@@ -34,6 +34,7 @@ class ChunkWriter:
         self.schema = schema.with_metadata(metadata)
         self.rows = 0
         self.writer: pq.ParquetWriter | None = None  # the staged file, once there is one
+        self.file: pa.NativeFile | None = None  # ... and the file it writes to
         self.held: list[pa.Table] = []  # windows not yet written to it
         self.held_bytes = 0
 
@@ -64,6 +65,7 @@ class ChunkWriter:
         if self.writer is not None:
             self.spill()
             self.writer.close()
+            self.file.close()  # the writer leaves a file it was handed open
             return None
         sink = pa.BufferOutputStream()
         with pq.ParquetWriter(sink, self.schema) as writer:
@@ -74,8 +76,10 @@ class ChunkWriter:
 
     def spill(self) -> None:
         """Write the held windows to the staged file, creating it first if need be."""
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.tmp, self.schema)
+        if self.writer is None:  # created here, never through a link planted at its name
+            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            self.file = pa.PythonFile(os.fdopen(fd, "wb"), mode="w")
+            self.writer = pq.ParquetWriter(self.file, self.schema)
         for table in self.held:
             self.writer.write_table(table)
         self.held, self.held_bytes = [], 0
@@ -129,5 +133,7 @@ class ChunkWriter:
         if self.writer is not None:
             with contextlib.suppress(OSError):
                 self.writer.close()
+            with contextlib.suppress(OSError):
+                self.file.close()
         self.held = []
         self.tmp.unlink(missing_ok=True)

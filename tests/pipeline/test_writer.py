@@ -113,3 +113,23 @@ def test_a_large_chunk_streams_to_its_file_and_its_facts_are_read_back(tmp_path:
         again.append(window.slice(0, 3))
         again.finish(4)
     assert list(store.staging.iterdir()) == []  # the refused file was dropped
+
+
+def test_a_streamed_chunk_is_never_written_through_a_link_at_its_staged_name(tmp_path, monkeypatch):
+    """A link planted in the staging folder at the name a large chunk streams to: the write is
+    refused (exit 6), and the file the link points at is left as it was."""
+    from batchscore.pipeline import writer
+
+    monkeypatch.setattr(writer, "HOLD_BYTES", 0)  # every window streams to the staged file
+    out = tmp_path / "out"
+    store = LocalStore(out)
+    store.prepare()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not batchscore's")
+    chunk = ChunkWriter(store, "k-00000", SCHEMA, {})
+    chunk.tmp.parent.mkdir(parents=True, exist_ok=True)
+    chunk.tmp.symlink_to(victim)
+    with pytest.raises(WriteError) as caught:
+        chunk.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
+    assert caught.value.exit_code == 6
+    assert victim.read_text() == "not batchscore's"
