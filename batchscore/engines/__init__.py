@@ -17,8 +17,8 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.output.pending import Chunk
 from batchscore.pipeline.stages import Scored
-from batchscore.pipeline.threads import Sink
 from batchscore.precision.gate import Trial
+from batchscore.threads import Sink
 
 
 class Engine(Protocol):

@@ -24,9 +24,9 @@ from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import Scored, Window, windows
-from batchscore.pipeline.threads import Prefetch, Sink
 from batchscore.precision.gate import Trial
 from batchscore.precision.load import load_at
+from batchscore.threads import Prefetch, Sink
 
 
 class LocalEngine:

@@ -34,9 +34,9 @@ from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.scoring import Scorer, score_chunk
 from batchscore.pipeline.stages import Scored
-from batchscore.pipeline.threads import Sink
 from batchscore.precision.gate import Trial
 from batchscore.precision.load import load_at
+from batchscore.threads import Sink
 
 log = logging.getLogger("batchscore")
 IN_FLIGHT = 2  # chunks queued per actor: one scoring, one waiting, so no actor idles

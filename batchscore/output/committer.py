@@ -36,8 +36,8 @@ from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Chunk, Pending
 from batchscore.output.verdict import bad_share_error
 from batchscore.pipeline.stages import Scored
-from batchscore.pipeline.threads import available_cores, in_shares
 from batchscore.pipeline.writer import ChunkWriter
+from batchscore.threads import available_cores, in_shares
 
 GROUP = 128  # chunks committed together at most: bounds what one crash leaves to sweep
 # Staged files encoded, written, fsynced and checked at once: two per core. Each one encodes

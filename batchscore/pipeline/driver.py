@@ -43,11 +43,11 @@ from batchscore.pipeline.executor import device_reason, resolve_device, torch_th
 from batchscore.pipeline.run import Run
 from batchscore.pipeline.shards import find_shards
 from batchscore.pipeline.stages import Scored
-from batchscore.pipeline.threads import Sink
 from batchscore.precision.cache import DecisionCache
 from batchscore.precision.settle import learn, recorded_decision, settle
 from batchscore.precision.table import check_precision
 from batchscore.storage.retry import Retry
+from batchscore.threads import Sink
 
 log = logging.getLogger("batchscore")
 

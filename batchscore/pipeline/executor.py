@@ -20,8 +20,8 @@ from batchscore.models.bert import BertEncoder
 from batchscore.models.bert_openvino import openvino_bert
 from batchscore.pipeline.packing import pack_linears
 from batchscore.pipeline.runtimes import check_runtime_device, openvino_wanted
-from batchscore.pipeline.threads import available_cores
 from batchscore.precision.table import check_precision, precision
+from batchscore.threads import available_cores
 
 T = TypeVar("T")
 log = logging.getLogger("batchscore")

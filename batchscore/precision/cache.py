@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from batchscore.errors import WriteError
-from batchscore.pipeline.threads import available_cores
 from batchscore.storage.local import write_json
+from batchscore.threads import available_cores
 
 log = logging.getLogger("batchscore")
 FILE = "decisions.json"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from batchscore.errors import JobError, WriteError, write_error
 from batchscore.output.layout import FIXED, LOCK, STAGING, is_chunk_name
-from batchscore.pipeline.threads import available_cores, in_shares
+from batchscore.threads import available_cores, in_shares
 
 if TYPE_CHECKING:
     import pyarrow as pa

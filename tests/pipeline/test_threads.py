@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.pipeline.threads import Prefetch, in_shares
+from batchscore.threads import Prefetch, in_shares
 
 
 @settings(max_examples=100, deadline=None)
