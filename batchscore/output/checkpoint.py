@@ -30,7 +30,9 @@ from typing import Any
 
 from batchscore import faults
 from batchscore.errors import WriteError, write_error
-from batchscore.output.layout import (
+from batchscore.output.manifest import is_ours, problem
+from batchscore.storage import Store, open_store
+from batchscore.storage.layout import (
     DONE,
     GONE,
     JOB,
@@ -45,8 +47,6 @@ from batchscore.output.layout import (
     record_name,
     rejected_name,
 )
-from batchscore.output.manifest import is_ours, problem
-from batchscore.storage import Store, open_store
 from batchscore.storage.local import empty_folder
 from batchscore.storage.retry import Retry
 

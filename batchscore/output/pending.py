@@ -24,11 +24,11 @@ from batchscore.errors import InputDataError, JobError, OutputConflictError
 from batchscore.job.sections import InputConfig
 from batchscore.job.where import RowFilter
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.layout import chunk_key, part_name, shard_of
 from batchscore.output.manifest import problems, written_for
 from batchscore.output.retire import finish_retiring, retire, summary
 from batchscore.pipeline.shards import Shard, check_columns, is_text, open_shard
 from batchscore.storage.fs import is_url
+from batchscore.storage.layout import chunk_key, part_name, shard_of
 
 log = logging.getLogger("batchscore")
 FOOTER_READS = 8  # object-store shard footers read at once while the plan is made

@@ -21,7 +21,9 @@ from typing import Any
 from batchscore import faults
 from batchscore.errors import BookkeepingError
 from batchscore.output.checkpoint import Checkpoint, Damaged
-from batchscore.output.layout import (
+from batchscore.output.manifest import written_for
+from batchscore.output.retire import retirements
+from batchscore.storage.layout import (
     DONE,
     GONE,
     JOB,
@@ -31,8 +33,6 @@ from batchscore.output.layout import (
     part_key,
     part_name,
 )
-from batchscore.output.manifest import written_for
-from batchscore.output.retire import retirements
 
 log = logging.getLogger("batchscore")
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from batchscore import faults
 from batchscore.output.checkpoint import Checkpoint, Damaged
-from batchscore.output.layout import (
+from batchscore.output.manifest import written_for
+from batchscore.storage.layout import (
     DONE,
     GONE,
     REJECTED,
@@ -37,7 +38,6 @@ from batchscore.output.layout import (
     retirement_name,
     shard_of,
 )
-from batchscore.output.manifest import written_for
 
 log = logging.getLogger("batchscore")
 MOVING, KEPT = "moving", "kept"

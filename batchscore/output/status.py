@@ -19,11 +19,11 @@ from batchscore.models.locate import locate
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
 from batchscore.output.fingerprint import identity
-from batchscore.output.layout import GONE, shard_of
 from batchscore.output.manifest import problems
 from batchscore.output.pending import chunks_of
 from batchscore.output.retire import retirements
 from batchscore.pipeline.shards import find_shards, open_shard
+from batchscore.storage.layout import GONE, shard_of
 
 IN_PLACE = f"is still in the data files: the next run moves it to {GONE}/"
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from batchscore.errors import BadRowsError
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.layout import REJECTED, SUCCESS
 from batchscore.output.manifest import is_ours, success_text
+from batchscore.storage.layout import REJECTED, SUCCESS
 
 log = logging.getLogger("batchscore")
 

@@ -35,7 +35,6 @@ from batchscore.output.claim import check_claim
 from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, output_schema
 from batchscore.output.fingerprint import identity
-from batchscore.output.layout import report_name
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Chunk, Pending, pending_work
 from batchscore.output.verdict import bad_share_error, mark_complete
@@ -46,6 +45,7 @@ from batchscore.pipeline.stages import Scored
 from batchscore.precision.cache import DecisionCache
 from batchscore.precision.settle import learn, recorded_decision, settle
 from batchscore.precision.table import check_precision
+from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry
 from batchscore.threads import Sink
 

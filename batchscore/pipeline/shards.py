@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 
 from batchscore.errors import BatchscoreError, InputDataError, JobError, TransientIOError
 from batchscore.job.sections import InputConfig
-from batchscore.output.layout import shard_key
 from batchscore.storage.fs import filesystem, is_url, to_url
+from batchscore.storage.layout import shard_key
 from batchscore.storage.retry import Retry, is_transient
 
 log = logging.getLogger("batchscore")
@@ -41,7 +41,7 @@ class Shard:
 
     @property
     def key(self) -> str:
-        """The shard's part of its output names (see `batchscore.output.layout`)."""
+        """The shard's part of its output names (see `batchscore.storage.layout`)."""
         return shard_key(self.path)
 
     @property

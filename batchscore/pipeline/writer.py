@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 
 from batchscore import faults
 from batchscore.errors import OutputConflictError, WriteError, write_error
-from batchscore.output.layout import part_name, staged_name
 from batchscore.output.manifest import FileFacts, facts_of, facts_of_bytes
 from batchscore.storage import Store
+from batchscore.storage.layout import part_name, staged_name
 
 HOLD_BYTES = 1 << 20  # a chunk's rows kept in memory before its file is created (see `append`)
 

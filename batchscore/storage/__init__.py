@@ -2,8 +2,10 @@
 
 Every operation on an output folder goes through a `Store` (`LocalStore`: files, fsync and
 rename; `ObjectStore`: one whole-object upload per file over `pyarrow.fs`), so the commit
-protocol is written once, in `batchscore.output`. Input shards named by URL are listed and
-opened through the same filesystems (`batchscore.storage.fs`).
+protocol is written once, in `batchscore.output`. Every name a folder holds is given in one
+place (`batchscore.storage.layout`), which the stores read too: they refuse links where those
+names go. Input shards named by URL are listed and opened through the same filesystems
+(`batchscore.storage.fs`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from batchscore.errors import JobError, WriteError, write_error
-from batchscore.output.layout import FIXED, LOCK, STAGING, is_chunk_name
+from batchscore.storage.layout import FIXED, LOCK, STAGING, is_chunk_name
 from batchscore.threads import available_cores, in_shares
 
 if TYPE_CHECKING:

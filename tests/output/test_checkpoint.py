@@ -12,8 +12,8 @@ import pytest
 from batchscore.errors import OutputConflictError
 from batchscore.output.checkpoint import Checkpoint, fingerprint
 from batchscore.output.claim import Identity, check_claim
-from batchscore.output.layout import part_name
 from batchscore.output.manifest import facts_of, problem
+from batchscore.storage.layout import part_name
 
 PARTS = {"task": "embed", "model": "m", "precision": "fp32"}
 JOB = Identity("job", "jobs/job.toml", ["/data/in"], PARTS)

@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.load import load_job
-from batchscore.output.layout import chunk_key, part_name, shard_key
 from batchscore.output.status import job_status
 from batchscore.pipeline.driver import run_job
+from batchscore.storage.layout import chunk_key, part_name, shard_key
 from tests.conftest import read_output, source_of
 from tests.reliability import make_job
 

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.sections import InputConfig
-from batchscore.output.layout import shard_key
 from batchscore.output.pending import chunks_of
 from batchscore.pipeline.reader import read_windows
 from batchscore.pipeline.shards import (
@@ -26,6 +25,7 @@ from batchscore.pipeline.shards import (
     find_shards,
     open_shard,
 )
+from batchscore.storage.layout import shard_key
 
 
 def make(path: Path, rows: int, row_group_size: int = 7) -> Path:
