@@ -45,10 +45,10 @@ from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
-from batchscore.pipeline.shards import check_columns
 from batchscore.precision.cache import DecisionCache, cache_folder
 from batchscore.precision.load import load_at
 from batchscore.precision.settle import settle
+from batchscore.work.shards import check_columns
 
 __all__ = ["RunReport", "run", "score"]
 SAY_AFTER_S = 1.0  # a step (or scoring) that runs longer is said, on stderr

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from batchscore.errors import InputDataError, JobError
 from batchscore.pipeline.memory import MEMORY
-from batchscore.pipeline.shards import is_text
+from batchscore.work.shards import is_text
 
 
 def library(data: Any) -> str | None:

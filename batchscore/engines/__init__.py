@@ -15,10 +15,10 @@ from batchscore.engines.ray import RayEngine
 from batchscore.job.sections import Job
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
-from batchscore.output.pending import Chunk
 from batchscore.pipeline.stages import Scored
 from batchscore.precision.gate import Trial
 from batchscore.threads import Sink
+from batchscore.work.units import Chunk
 
 
 class Engine(Protocol):

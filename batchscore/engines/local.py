@@ -20,13 +20,13 @@ from batchscore.models.base import Encoding, Task
 from batchscore.models.tasks import encoding
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
-from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import Scored, Window, windows
 from batchscore.precision.gate import Trial
 from batchscore.precision.load import load_at
 from batchscore.threads import Prefetch, Sink
+from batchscore.work.units import Chunk
 
 
 class LocalEngine:

@@ -30,13 +30,13 @@ from batchscore.job.sections import Job, RayConfig
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.observe.shape import Shape
-from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.scoring import Scorer, score_chunk
 from batchscore.pipeline.stages import Scored
 from batchscore.precision.gate import Trial
 from batchscore.precision.load import load_at
 from batchscore.threads import Sink
+from batchscore.work.units import Chunk
 
 log = logging.getLogger("batchscore")
 IN_FLIGHT = 2  # chunks queued per actor: one scoring, one waiting, so no actor idles

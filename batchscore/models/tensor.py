@@ -23,7 +23,7 @@ from batchscore.models.factories import BUILTIN, find_factory, registered
 from batchscore.models.features import feature_matrix, is_list
 from batchscore.models.formats import check_export_archive, load_model, model_format
 from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.shards import find_shards, open_shard
+from batchscore.work.shards import find_shards, open_shard
 
 
 def check_tensor_model(path: Path, options: TensorConfig) -> None:

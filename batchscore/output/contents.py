@@ -7,8 +7,8 @@ from typing import Any
 import pyarrow as pa
 
 from batchscore.job.sections import Job
-from batchscore.pipeline.columns import canonical_schema
 from batchscore.version import __version__
+from batchscore.work.columns import canonical_schema
 
 
 def output_schema(job: Job, carried: pa.Schema, task_columns: list[pa.Field]) -> pa.Schema:

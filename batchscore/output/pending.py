@@ -26,40 +26,13 @@ from batchscore.job.where import RowFilter
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.manifest import problems, written_for
 from batchscore.output.retire import finish_retiring, retire, summary
-from batchscore.pipeline.shards import Shard, check_columns, is_text, open_shard
 from batchscore.storage.fs import is_url
-from batchscore.storage.layout import chunk_key, part_name, shard_of
+from batchscore.storage.layout import part_name, shard_of
+from batchscore.work.shards import check_columns, is_text, open_shard
+from batchscore.work.units import Chunk, Shard, chunks_of
 
 log = logging.getLogger("batchscore")
 FOOTER_READS = 8  # object-store shard footers read at once while the plan is made
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """A fixed row range of one shard: the unit of commit."""
-
-    shard: Shard
-    index: int
-    start: int
-    stop: int
-    of: int  # how many chunks the shard has
-
-    @property
-    def key(self) -> str:
-        """Deterministic name from shard and chunk numbers; never from input strings."""
-        return chunk_key(self.shard.key, self.index)
-
-    @property
-    def rows(self) -> int:
-        return self.stop - self.start
-
-
-def chunks_of(shard: Shard, num_rows: int, chunk_rows: int) -> list[Chunk]:
-    """Cut a shard into fixed row ranges of `chunk_rows` (one chunk when the shard is small)."""
-    starts = range(0, max(num_rows, 1), chunk_rows)
-    return [
-        Chunk(shard, i, s, min(s + chunk_rows, num_rows), len(starts)) for i, s in enumerate(starts)
-    ]
 
 
 @dataclass

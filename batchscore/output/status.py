@@ -20,10 +20,10 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
 from batchscore.output.fingerprint import identity
 from batchscore.output.manifest import problems
-from batchscore.output.pending import chunks_of
 from batchscore.output.retire import retirements
-from batchscore.pipeline.shards import find_shards, open_shard
 from batchscore.storage.layout import GONE, shard_of
+from batchscore.work.shards import find_shards, open_shard
+from batchscore.work.units import chunks_of
 
 IN_PLACE = f"is still in the data files: the next run moves it to {GONE}/"
 

@@ -36,11 +36,10 @@ from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, output_schema
 from batchscore.output.fingerprint import identity
 from batchscore.output.lock import hold_lock
-from batchscore.output.pending import Chunk, Pending, pending_work
+from batchscore.output.pending import Pending, pending_work
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.pipeline.executor import device_reason, resolve_device, torch_threads
 from batchscore.pipeline.run import Run
-from batchscore.pipeline.shards import find_shards
 from batchscore.pipeline.stages import Scored
 from batchscore.precision.cache import DecisionCache
 from batchscore.precision.settle import learn, recorded_decision, settle
@@ -48,6 +47,8 @@ from batchscore.precision.table import check_precision
 from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry
 from batchscore.threads import Sink
+from batchscore.work.shards import find_shards
+from batchscore.work.units import Chunk
 
 log = logging.getLogger("batchscore")
 

@@ -27,12 +27,13 @@ from batchscore.models.tasks import encoding, input_kinds
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.claim import conflict as claim_conflict
 from batchscore.output.fingerprint import identity
-from batchscore.output.pending import Chunk, pending_work
-from batchscore.pipeline.columns import gather
+from batchscore.output.pending import pending_work
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens
-from batchscore.pipeline.shards import Shard, find_shards, open_shard
 from batchscore.pipeline.stages import Window, input_columns, windows
+from batchscore.work.columns import gather
+from batchscore.work.shards import find_shards, open_shard
+from batchscore.work.units import Chunk, Shard
 
 SAMPLE_ROWS = 50_000  # rows tokenized at most; above that, tokens are estimated from a sample
 Z95 = 1.96

@@ -12,9 +12,9 @@ from batchscore.models.tasks import check_model, check_outputs, generates, input
 from batchscore.output.pending import check_where
 from batchscore.pipeline.executor import resolve_device
 from batchscore.pipeline.runtimes import check_runtime_device
-from batchscore.pipeline.shards import check_columns, find_shards, open_shard
 from batchscore.precision.table import check_precision
 from batchscore.storage import open_store
+from batchscore.work.shards import check_columns, find_shards, open_shard
 
 
 def preflight(job: Job) -> list[str]:

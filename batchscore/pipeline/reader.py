@@ -3,8 +3,8 @@
 Rows are read one row group at a time with only the needed columns, so memory is bounded by the
 window, never by the shard. The run, the quality gate and int8 calibration all read rows here,
 so the same `where` holds everywhere; every table comes out in one layout per kind of column
-(`pipeline.columns`), whatever wrote the shard. A shard that changes while it is read fails
-(`shards.check_unchanged`), so no chunk mixes two versions of it.
+(`batchscore.work.columns`), whatever wrote the shard. A shard that changes while it is read fails
+(`batchscore.work.shards.check_unchanged`), so no chunk mixes two versions of it.
 """
 
 from __future__ import annotations
@@ -19,16 +19,10 @@ import pyarrow.parquet as pq
 from batchscore import faults
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.where import RowFilter, WhereError
-from batchscore.output.pending import Chunk
-from batchscore.pipeline.columns import normalized
-from batchscore.pipeline.shards import (
-    Shard,
-    ShardChangedError,
-    check_unchanged,
-    open_shard,
-    read_error,
-)
 from batchscore.storage.fs import is_url
+from batchscore.work.columns import normalized
+from batchscore.work.shards import ShardChangedError, check_unchanged, open_shard, read_error
+from batchscore.work.units import Chunk, Shard
 
 
 def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> Iterator[pa.Table]:
@@ -59,7 +53,7 @@ def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> It
 
 
 def in_layout(chunk: Chunk, table: pa.Table) -> pa.Table:
-    """A table in the one layout every shard's rows share (`pipeline.columns`)."""
+    """A table in the one layout every shard's rows share (`batchscore.work.columns`)."""
     try:
         return normalized(table)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

@@ -24,12 +24,12 @@ from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoded, Encoding, Task
 from batchscore.models.tasks import input_kinds
-from batchscore.output.pending import Chunk, chunks_of
-from batchscore.pipeline.columns import gather
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.reader import Rows, read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
-from batchscore.pipeline.shards import Shard, check_columns, find_shards, open_shard
+from batchscore.work.columns import gather
+from batchscore.work.shards import check_columns, find_shards, open_shard
+from batchscore.work.units import Chunk, Shard, chunks_of
 
 log = logging.getLogger("batchscore")
 

@@ -16,7 +16,6 @@ from batchscore.observe.figures import page_numbers
 from batchscore.observe.html import render
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import summary
-from batchscore.output.pending import Chunk
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known, unit_keys
@@ -24,6 +23,7 @@ from batchscore.pipeline.memory import MEMORY_SHARD
 from batchscore.pipeline.reader import Rows
 from batchscore.pipeline.stages import encode_window
 from batchscore.pipeline.static import Budget, run_window
+from batchscore.work.units import Chunk
 from tests.conftest import read_output
 from tests.reliability import make_job
 

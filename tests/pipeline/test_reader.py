@@ -15,17 +15,16 @@ from hypothesis import strategies as st
 
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.sections import InputConfig
-from batchscore.output.pending import chunks_of
 from batchscore.pipeline.reader import read_windows
-from batchscore.pipeline.shards import (
-    Shard,
+from batchscore.storage.layout import shard_key
+from batchscore.work.shards import (
     ShardChangedError,
     check_columns,
     check_unchanged,
     find_shards,
     open_shard,
 )
-from batchscore.storage.layout import shard_key
+from batchscore.work.units import Shard, chunks_of
 
 
 def make(path: Path, rows: int, row_group_size: int = 7) -> Path:

@@ -11,12 +11,11 @@ from hypothesis import strategies as st
 from batchscore.api import data_job
 from batchscore.models.base import Encoded
 from batchscore.observe.report import RunStats
-from batchscore.output.pending import Chunk
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.reader import Rows
 from batchscore.pipeline.scoring import HANDOFFS, Scorer
-from batchscore.pipeline.shards import Shard
 from batchscore.pipeline.stages import Part, Scored, Window, encode
+from batchscore.work.units import Chunk, Shard
 from tests.pipeline.test_known import QUIET, SCHEMA, Sums
 
 

@@ -21,10 +21,10 @@ from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.lock import hold_lock
 from batchscore.pipeline.driver import run_job
-from batchscore.pipeline.shards import find_shards
 from batchscore.storage import open_store
 from batchscore.storage.fs import filesystem
 from batchscore.storage.local import LocalStore
+from batchscore.work.shards import find_shards
 from tests.conftest import read_output, write_job
 from tests.reliability import run_cli
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from batchscore.pipeline.shards import is_text
+from batchscore.work.shards import is_text
 
 WIDE = pa.uint64()  # the one integer type int64 cannot hold every value of: kept as it is
 

@@ -11,7 +11,6 @@ import fnmatch
 import glob
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,33 +20,11 @@ import pyarrow.parquet as pq
 from batchscore.errors import BatchscoreError, InputDataError, JobError, TransientIOError
 from batchscore.job.sections import InputConfig
 from batchscore.storage.fs import filesystem, is_url, to_url
-from batchscore.storage.layout import shard_key
 from batchscore.storage.retry import Retry, is_transient
+from batchscore.work.units import Shard
 
 log = logging.getLogger("batchscore")
 GLOB_CHARS = set("*?[")
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One input Parquet file; `index` is its place in sorted path order (this run's only)."""
-
-    index: int
-    path: str
-    size: int
-    mtime_ns: int
-    # how transient read errors are retried (and counted) for this run; not part of identity
-    retry: Retry = field(default_factory=Retry, compare=False, repr=False)
-
-    @property
-    def key(self) -> str:
-        """The shard's part of its output names (see `batchscore.storage.layout`)."""
-        return shard_key(self.path)
-
-    @property
-    def identity(self) -> dict[str, int | str]:
-        """What must stay equal for committed chunks of this shard to remain valid."""
-        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns}
 
 
 def is_hidden(path: Path, root: Path) -> bool:
