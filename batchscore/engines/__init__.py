@@ -15,10 +15,9 @@ from batchscore.engines.ray import RayEngine
 from batchscore.job.sections import Job
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
-from batchscore.pipeline.stages import Scored
 from batchscore.precision.gate import Trial
 from batchscore.threads import Sink
-from batchscore.work.units import Chunk
+from batchscore.work.units import Chunk, Scored
 
 
 class Engine(Protocol):

@@ -32,11 +32,10 @@ from batchscore.observe.report import RunStats
 from batchscore.observe.shape import Shape
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.scoring import Scorer, score_chunk
-from batchscore.pipeline.stages import Scored
 from batchscore.precision.gate import Trial
 from batchscore.precision.load import load_at
 from batchscore.threads import Sink
-from batchscore.work.units import Chunk
+from batchscore.work.units import Chunk, Scored
 
 log = logging.getLogger("batchscore")
 IN_FLIGHT = 2  # chunks queued per actor: one scoring, one waiting, so no actor idles

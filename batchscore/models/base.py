@@ -1,5 +1,6 @@
-"""What every task adapter shares: the `Encoded` window, the `Encoding` that makes it and the
-`Task` protocol the stages call.
+"""What every task adapter shares: the `Encoding` that makes an `Encoded` window (one of the
+units of work every layer shares, `batchscore.work.units`) and the `Task` protocol the stages
+call.
 
 The pipeline knows nothing else of a model. A task reads its input columns from a window,
 encodes the rows it can (naming the others in ``errors``), scores batches of units, turns the
@@ -10,7 +11,6 @@ scorings of the same rows (the quality gate's measure).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -18,32 +18,7 @@ import pyarrow as pa
 
 from batchscore.job.sections import QualityConfig
 from batchscore.models.agreement import Agreement, Columns
-
-
-@dataclass
-class Encoded:
-    """One window, ready for the model.
-
-    Units are what the model scores: a row, or one sentence of a row. ``lengths[u]`` is unit
-    ``u``'s token count and ``owners[u]`` the index into ``rows`` of the row it belongs to.
-    ``rows`` are the window rows that encoded; every other row is in ``errors`` (window row ->
-    message) and gets no output. ``reserve`` is how many tokens each unit grows by while it is
-    scored (generated tokens), which the batch budget must also hold. ``type_ids`` are a text
-    pair's segments, per unit. ``chunked`` counts the texts cut into windows (several units for
-    one text, with `[model].long_text = "chunk"`) and ``windows`` those texts' units.
-    """
-
-    lengths: np.ndarray
-    owners: np.ndarray
-    rows: np.ndarray
-    errors: dict[int, str] = field(default_factory=dict)
-    ids: list[np.ndarray] | None = None
-    truncated: int = 0
-    reserve: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-    type_ids: list[np.ndarray] | None = None
-    chunked: int = 0
-    windows: int = 0
+from batchscore.work.units import Encoded
 
 
 class Encoding(Protocol):

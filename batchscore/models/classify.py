@@ -19,12 +19,13 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Encoded, pair_rows, text_rows
+from batchscore.models.base import pair_rows, text_rows
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.locate import load_pretrained
 from batchscore.models.text import TextEncoder
 from batchscore.models.windows import mean_by_owner
 from batchscore.pipeline.executor import Executor
+from batchscore.work.units import Encoded
 
 
 def load_classifier(path: Path, model: ModelConfig, executor: Executor) -> torch.nn.Module:

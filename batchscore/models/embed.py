@@ -21,7 +21,7 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Encoded, text_rows
+from batchscore.models.base import text_rows
 from batchscore.models.bert import load_bert, read_shape
 from batchscore.models.encoder import SentenceEncoder, dense_weights
 from batchscore.models.locate import check_model_files, load_pretrained
@@ -29,6 +29,7 @@ from batchscore.models.stack import Dense, read_stack
 from batchscore.models.text import TextEncoder, Tokens
 from batchscore.models.windows import mean_by_owner, overlap
 from batchscore.pipeline.executor import Executor
+from batchscore.work.units import Encoded
 
 
 def check_encoder_files(path: Path, *, prompt_name: str | None, allow_pickle: bool) -> None:

@@ -20,7 +20,6 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Encoded
 from batchscore.models.decode import (
     Decoding,
     Picker,
@@ -36,6 +35,7 @@ from batchscore.models.schedule import Limits, Prefixes, Schedule
 from batchscore.models.seats import Forward, plain_cache
 from batchscore.models.text import TextEncoder
 from batchscore.pipeline.executor import Executor
+from batchscore.work.units import Encoded
 
 
 def generative_kind(config: Any) -> str | None:

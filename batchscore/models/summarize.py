@@ -21,11 +21,12 @@ import pyarrow as pa
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, SummarizeConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Encoded, text_rows
+from batchscore.models.base import text_rows
 from batchscore.models.embed import Embedder, StackText
 from batchscore.models.prompt import Prompt
 from batchscore.models.sentences import summary_sentences
 from batchscore.pipeline.executor import Executor
+from batchscore.work.units import Encoded
 
 
 def select_sentences(vectors: np.ndarray, k: int, diversity: float) -> list[int]:

@@ -17,13 +17,13 @@ from batchscore.errors import BatchscoreError, ModelError
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, TensorConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Encoded
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.factories import BUILTIN, find_factory, registered
 from batchscore.models.features import feature_matrix, is_list
 from batchscore.models.formats import check_export_archive, load_model, model_format
 from batchscore.pipeline.executor import Executor
 from batchscore.work.shards import find_shards, open_shard
+from batchscore.work.units import Encoded
 
 
 def check_tensor_model(path: Path, options: TensorConfig) -> None:

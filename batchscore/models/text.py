@@ -16,10 +16,10 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 
 from batchscore.errors import ModelError
-from batchscore.models.base import Encoded
 from batchscore.models.template import Template, learn
 from batchscore.models.tokenizer import load_tokenizer, through_transformers
 from batchscore.models.windows import cut, overlap
+from batchscore.work.units import Encoded
 
 
 def default_max_length(path: Path, tokenizer_limit: int | None, positions: int | None) -> int:

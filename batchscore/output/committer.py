@@ -34,11 +34,10 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Pending
 from batchscore.output.verdict import bad_share_error
-from batchscore.pipeline.stages import Scored
 from batchscore.pipeline.writer import ChunkWriter
 from batchscore.storage.layout import part_name, rejected_name
 from batchscore.threads import available_cores, in_shares
-from batchscore.work.units import Chunk
+from batchscore.work.units import Chunk, Scored
 
 GROUP = 128  # chunks committed together at most: bounds what one crash leaves to sweep
 # Staged files encoded, written, fsynced and checked at once: two per core. Each one encodes

@@ -15,7 +15,7 @@ import numpy as np
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.stages import Window
+from batchscore.work.units import Window
 
 
 def streams(task: Task, *, enabled: bool) -> bool:

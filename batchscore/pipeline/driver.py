@@ -40,7 +40,6 @@ from batchscore.output.pending import Pending, pending_work
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.pipeline.executor import device_reason, resolve_device, torch_threads
 from batchscore.pipeline.run import Run
-from batchscore.pipeline.stages import Scored
 from batchscore.precision.cache import DecisionCache
 from batchscore.precision.settle import learn, recorded_decision, settle
 from batchscore.precision.table import check_precision
@@ -48,7 +47,7 @@ from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry
 from batchscore.threads import Sink
 from batchscore.work.shards import find_shards
-from batchscore.work.units import Chunk
+from batchscore.work.units import Chunk, Scored
 
 log = logging.getLogger("batchscore")
 

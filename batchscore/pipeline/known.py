@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchscore.models.base import Encoded
+from batchscore.work.units import Encoded
 
 
 def unit_keys(encoded: Encoded) -> list[bytes] | None:

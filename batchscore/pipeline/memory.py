@@ -17,10 +17,9 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known
-from batchscore.pipeline.reader import Rows
 from batchscore.pipeline.scoring import Scorer
-from batchscore.pipeline.stages import Scored, Window, encode_window
-from batchscore.work.units import Chunk, Shard
+from batchscore.pipeline.stages import encode_window
+from batchscore.work.units import Chunk, Rows, Scored, Shard, Window
 
 MEMORY = "the data"  # how messages name the in-memory input: "the data: row 3, column 'text'"
 MEMORY_SHARD = Shard(0, MEMORY, 0, 0)

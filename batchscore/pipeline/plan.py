@@ -30,10 +30,10 @@ from batchscore.output.fingerprint import identity
 from batchscore.output.pending import pending_work
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens
-from batchscore.pipeline.stages import Window, input_columns, windows
+from batchscore.pipeline.stages import input_columns, windows
 from batchscore.work.columns import gather
 from batchscore.work.shards import find_shards, open_shard
-from batchscore.work.units import Chunk, Shard
+from batchscore.work.units import Chunk, Shard, Window
 
 SAMPLE_ROWS = 50_000  # rows tokenized at most; above that, tokens are estimated from a sample
 Z95 = 1.96

@@ -10,9 +10,7 @@ so the same `where` holds everywhere; every table comes out in one layout per ki
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -22,7 +20,7 @@ from batchscore.job.where import RowFilter, WhereError
 from batchscore.storage.fs import is_url
 from batchscore.work.columns import normalized
 from batchscore.work.shards import ShardChangedError, check_unchanged, open_shard, read_error
-from batchscore.work.units import Chunk, Shard
+from batchscore.work.units import Chunk, Rows, Shard
 
 
 def read_windows(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> Iterator[pa.Table]:
@@ -160,20 +158,6 @@ def resume(
             if not batch.num_rows:
                 continue
         yield batch
-
-
-@dataclass
-class Rows:
-    """One window of a chunk's rows, those that passed `[input].where`."""
-
-    table: pa.Table
-    offset: int  # shard row of the window's first input row
-    read: int  # input rows the window covers, before `where`
-    kept: np.ndarray | None = None  # with `where`: the shard row of each table row
-
-    def shard_row(self, r: int) -> int:
-        """The shard row of the window's row ``r``, for messages."""
-        return self.offset + r if self.kept is None else int(self.kept[r])
 
 
 def read_rows(

@@ -26,9 +26,9 @@ from batchscore.pipeline.assemble import assemble
 from batchscore.pipeline.continuous import run_stream, streams
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import padded_tokens
-from batchscore.pipeline.stages import Part, Scored, Window, batches, windows
+from batchscore.pipeline.stages import batches, windows
 from batchscore.pipeline.static import Budget, Outcome, Ran, is_out_of_memory, run_window
-from batchscore.work.units import Chunk
+from batchscore.work.units import Chunk, Part, Scored, Window
 
 log = logging.getLogger("batchscore")
 HANDOFFS = 8  # times per window the complete parts are handed on while the model runs the rest

@@ -14,92 +14,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from batchscore.errors import BatchscoreError, InputDataError, JobError
+from batchscore.errors import InputDataError, JobError
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
-from batchscore.models.base import Encoded, Encoding, Task
+from batchscore.models.base import Encoding, Task
 from batchscore.models.tasks import input_kinds
 from batchscore.pipeline.known import Known, unit_keys
-from batchscore.pipeline.reader import Rows, read_rows
+from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
 from batchscore.work.columns import gather
 from batchscore.work.shards import check_columns, find_shards, open_shard
-from batchscore.work.units import Chunk, Shard, chunks_of
+from batchscore.work.units import Chunk, Encoded, Part, Rows, Shard, Window, chunks_of, failed
 
 log = logging.getLogger("batchscore")
-
-
-@dataclass
-class Part:
-    """One chunk's rows in a window: the window's table rows ``start`` to ``start + rows``."""
-
-    chunk: Chunk
-    rows: Rows
-    start: int = 0
-
-    @property
-    def stop(self) -> int:
-        return self.start + self.rows.table.num_rows
-
-
-@dataclass
-class Window:
-    """Rows of one or more chunks between reader and model, in chunk order; `error` marks the
-    chunk of a shard that failed (its only part, with no rows)."""
-
-    parts: list[Part]
-    table: pa.Table | None = None
-    encoded: Encoded | None = None
-    units: np.ndarray | None = None  # the units to score: each distinct input once
-    same_as: np.ndarray | None = None  # unit -> the identical unit scored for it, if any repeat
-    known: np.ndarray | None = None  # units whose result the model gave before (`Known`) ...
-    known_results: np.ndarray | None = None  # ... and those results; the batches leave them out
-    batches: list[np.ndarray] = field(default_factory=list)
-    cut_for: int = 0  # the max_tokens the batches were cut for
-    error: BatchscoreError | None = None
-
-    @property
-    def chunk(self) -> Chunk:
-        """The first part's chunk (the failed one, for an error window)."""
-        return self.parts[0].chunk
-
-    @property
-    def pending(self) -> np.ndarray:
-        """The units the model has still to score: every distinct unit but the known ones."""
-        if self.known is None or not len(self.known):
-            return self.units
-        return np.setdiff1d(self.units, self.known, assume_unique=True)
-
-    def part_of(self, row: int) -> Part:
-        """The part a window row belongs to."""
-        return next(p for p in self.parts if p.start <= row < p.stop)
-
-    def where(self, row: int) -> str:
-        """A window row, as messages name it: its shard and the row in that shard."""
-        part = self.part_of(row)
-        return f"{part.chunk.shard.path}: row {part.rows.shard_row(row - part.start)}"
-
-
-def failed(chunk: Chunk, error: BatchscoreError) -> Window:
-    """The window that carries a shard's failure to the committer, in the chunk's place."""
-    empty = Rows(pa.table({}), chunk.start, 0)
-    return Window([Part(chunk, empty)], error=error)
-
-
-@dataclass
-class Scored:
-    """A window on its way to the writer: output rows, or the error that failed its shard."""
-
-    chunk: Chunk
-    table: pa.Table | None = None
-    rejected: pa.Table | None = None  # shard, row, error of rows recorded with an error
-    error: InputDataError | None = None
-    read: int | None = None  # input rows the window covers before `where`; None: table's rows
 
 
 def input_columns(job: Job) -> tuple[str, ...]:

@@ -24,7 +24,8 @@ from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import padded_tokens, restore
-from batchscore.pipeline.stages import Window, batches
+from batchscore.pipeline.stages import batches
+from batchscore.work.units import Window
 
 log = logging.getLogger("batchscore")
 NON_FINITE = "non-finite output (NaN or inf) from the model"

@@ -11,7 +11,12 @@ the engines pass these between them, so each of those can be read without the ot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
+from batchscore.errors import BatchscoreError, InputDataError
 from batchscore.storage.layout import chunk_key, shard_key
 from batchscore.storage.retry import Retry
 
@@ -64,3 +69,111 @@ def chunks_of(shard: Shard, num_rows: int, chunk_rows: int) -> list[Chunk]:
     return [
         Chunk(shard, i, s, min(s + chunk_rows, num_rows), len(starts)) for i, s in enumerate(starts)
     ]
+
+
+@dataclass
+class Rows:
+    """One window of a chunk's rows, those that passed `[input].where`."""
+
+    table: pa.Table
+    offset: int  # shard row of the window's first input row
+    read: int  # input rows the window covers, before `where`
+    kept: np.ndarray | None = None  # with `where`: the shard row of each table row
+
+    def shard_row(self, r: int) -> int:
+        """The shard row of the window's row ``r``, for messages."""
+        return self.offset + r if self.kept is None else int(self.kept[r])
+
+
+@dataclass
+class Encoded:
+    """One window, ready for the model.
+
+    Units are what the model scores: a row, or one sentence of a row. ``lengths[u]`` is unit
+    ``u``'s token count and ``owners[u]`` the index into ``rows`` of the row it belongs to.
+    ``rows`` are the window rows that encoded; every other row is in ``errors`` (window row ->
+    message) and gets no output. ``reserve`` is how many tokens each unit grows by while it is
+    scored (generated tokens), which the batch budget must also hold. ``type_ids`` are a text
+    pair's segments, per unit. ``chunked`` counts the texts cut into windows (several units for
+    one text, with `[model].long_text = "chunk"`) and ``windows`` those texts' units.
+    """
+
+    lengths: np.ndarray
+    owners: np.ndarray
+    rows: np.ndarray
+    errors: dict[int, str] = field(default_factory=dict)
+    ids: list[np.ndarray] | None = None
+    truncated: int = 0
+    reserve: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    type_ids: list[np.ndarray] | None = None
+    chunked: int = 0
+    windows: int = 0
+
+
+@dataclass
+class Part:
+    """One chunk's rows in a window: the window's table rows ``start`` to ``start + rows``."""
+
+    chunk: Chunk
+    rows: Rows
+    start: int = 0
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.rows.table.num_rows
+
+
+@dataclass
+class Window:
+    """Rows of one or more chunks between reader and model, in chunk order; `error` marks the
+    chunk of a shard that failed (its only part, with no rows)."""
+
+    parts: list[Part]
+    table: pa.Table | None = None
+    encoded: Encoded | None = None
+    units: np.ndarray | None = None  # the units to score: each distinct input once
+    same_as: np.ndarray | None = None  # unit -> the identical unit scored for it, if any repeat
+    known: np.ndarray | None = None  # units whose result the model gave before (`Known`) ...
+    known_results: np.ndarray | None = None  # ... and those results; the batches leave them out
+    batches: list[np.ndarray] = field(default_factory=list)
+    cut_for: int = 0  # the max_tokens the batches were cut for
+    error: BatchscoreError | None = None
+
+    @property
+    def chunk(self) -> Chunk:
+        """The first part's chunk (the failed one, for an error window)."""
+        return self.parts[0].chunk
+
+    @property
+    def pending(self) -> np.ndarray:
+        """The units the model has still to score: every distinct unit but the known ones."""
+        if self.known is None or not len(self.known):
+            return self.units
+        return np.setdiff1d(self.units, self.known, assume_unique=True)
+
+    def part_of(self, row: int) -> Part:
+        """The part a window row belongs to."""
+        return next(p for p in self.parts if p.start <= row < p.stop)
+
+    def where(self, row: int) -> str:
+        """A window row, as messages name it: its shard and the row in that shard."""
+        part = self.part_of(row)
+        return f"{part.chunk.shard.path}: row {part.rows.shard_row(row - part.start)}"
+
+
+def failed(chunk: Chunk, error: BatchscoreError) -> Window:
+    """The window that carries a shard's failure to the committer, in the chunk's place."""
+    empty = Rows(pa.table({}), chunk.start, 0)
+    return Window([Part(chunk, empty)], error=error)
+
+
+@dataclass
+class Scored:
+    """A window on its way to the writer: output rows, or the error that failed its shard."""
+
+    chunk: Chunk
+    table: pa.Table | None = None
+    rejected: pa.Table | None = None  # shard, row, error of rows recorded with an error
+    error: InputDataError | None = None
+    read: int | None = None  # input rows the window covers before `where`; None: table's rows

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from batchscore.api import data_job
 from batchscore.job.load import load_job
-from batchscore.models.base import Encoded
 from batchscore.observe.figures import page_numbers
 from batchscore.observe.html import render
 from batchscore.observe.progress import Progress
@@ -20,10 +19,9 @@ from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.memory import MEMORY_SHARD
-from batchscore.pipeline.reader import Rows
 from batchscore.pipeline.stages import encode_window
 from batchscore.pipeline.static import Budget, run_window
-from batchscore.work.units import Chunk
+from batchscore.work.units import Chunk, Encoded, Rows
 from tests.conftest import read_output
 from tests.reliability import make_job
 

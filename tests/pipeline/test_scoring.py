@@ -9,13 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.api import data_job
-from batchscore.models.base import Encoded
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.reader import Rows
 from batchscore.pipeline.scoring import HANDOFFS, Scorer
-from batchscore.pipeline.stages import Part, Scored, Window, encode
-from batchscore.work.units import Chunk, Shard
+from batchscore.pipeline.stages import encode
+from batchscore.work.units import Chunk, Encoded, Part, Rows, Scored, Shard, Window
 from tests.pipeline.test_known import QUIET, SCHEMA, Sums
 
 
