@@ -42,12 +42,12 @@ from batchscore.observe.logs import slow_steps
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunReport
 from batchscore.pipeline.driver import run_job
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
 from batchscore.precision.cache import DecisionCache, cache_folder
 from batchscore.precision.load import load_at
 from batchscore.precision.settle import settle
+from batchscore.runtime.executor import Executor
 from batchscore.work.shards import check_columns
 
 __all__ = ["RunReport", "run", "score"]

@@ -39,8 +39,8 @@ def worker(precision: str, compile: bool, rows: int, passes: int, max_length: in
 
     from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
     from batchscore.models.tasks import load_task
-    from batchscore.pipeline.executor import Executor
     from batchscore.pipeline.stages import batches
+    from batchscore.runtime.executor import Executor
 
     config = ModelConfig(task="embed", precision=precision, max_length=max_length,
                          threads=bench.THREADS, compile=compile)  # fmt: skip

@@ -46,7 +46,7 @@ MODES = ("static", "continuous", "no prefix")
 def load(model: Path, args: argparse.Namespace) -> GenerateTask:
     from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig
     from batchscore.models.generate import GenerateTask
-    from batchscore.pipeline.executor import Executor
+    from batchscore.runtime.executor import Executor
 
     config = ModelConfig(
         task="generate", precision="fp32", max_length=args.max_length, threads=args.threads

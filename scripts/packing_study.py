@@ -1,4 +1,4 @@
-"""Packed float32 Linear weights (`batchscore.pipeline.packing`) against plain ``F.linear``.
+"""Packed float32 Linear weights (`batchscore.runtime.packing`) against plain ``F.linear``.
 
 Side by side in one process, interleaved rounds, medians: the native MiniLM encoder on its real
 weights over a few batch shapes, and greedy generation with randomly initialised models shaped
@@ -25,9 +25,9 @@ from transformers import (
 )
 
 from batchscore.job.sections import ModelConfig
-from batchscore.models import bert
 from batchscore.models.locate import locate
-from batchscore.pipeline.packing import pack_linears
+from batchscore.runtime import bert
+from batchscore.runtime.packing import pack_linears
 
 SHAPES = [(20, 50), (40, 100), (64, 128), (8, 256)]  # rows x tokens: short to long buckets
 

@@ -1,9 +1,9 @@
-"""The native MiniLM encoder on OpenVINO (`batchscore.models.bert_openvino`) against eager torch.
+"""The native MiniLM encoder on OpenVINO (`batchscore.runtime.bert_openvino`) against eager torch.
 
 One process, the same weights, the same batches: the bench corpus's texts cut by batchscore's own
 sampler under a token budget, as a job cuts them. Each precision OpenVINO takes (fp32, bf16
 where the CPU has bf16 units, int8 where it has int8 kernels) on both runtimes: torch as a job
-runs it (fp32 with packed Linear weights, `batchscore.pipeline.packing`; bf16 cast; int8
+runs it (fp32 with packed Linear weights, `batchscore.runtime.packing`; bf16 cast; int8
 calibrated on other corpus texts), OpenVINO as `[model].runtime = "auto"` builds it.
 Interleaved rounds, each model's first round (new shapes) reported apart from the median of
 the rest; padded tokens per second, the largest difference of the hidden states from torch's
@@ -24,17 +24,17 @@ import numpy as np
 import torch
 
 from batchscore.errors import ModelError
+from batchscore.job.runtimes import ON_OPENVINO
 from batchscore.job.sections import ModelConfig
-from batchscore.models.bert import load_bert, read_shape
-from batchscore.models.bert_openvino import openvino_bert
 from batchscore.models.locate import locate
 from batchscore.models.pooling import pool
 from batchscore.models.text import TextEncoder
-from batchscore.pipeline.packing import pack_linears
-from batchscore.pipeline.runtimes import ON_OPENVINO
 from batchscore.pipeline.sampler import form_batches
 from batchscore.precision.int8 import quantize_int8
 from batchscore.precision.table import available, precision
+from batchscore.runtime.bert import load_bert, read_shape
+from batchscore.runtime.bert_openvino import openvino_bert
+from batchscore.runtime.packing import pack_linears
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench

@@ -30,10 +30,10 @@ from batchscore.job.sections import Job, RayConfig
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.observe.shape import Shape
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.scoring import Scorer, score_chunk
 from batchscore.precision.gate import Trial
 from batchscore.precision.load import load_at
+from batchscore.runtime.executor import Executor
 from batchscore.threads import Sink
 from batchscore.work.units import Chunk, Scored
 

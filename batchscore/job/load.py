@@ -19,6 +19,7 @@ from batchscore.job.columns import case_twins
 from batchscore.job.paths import overlap_problem
 from batchscore.job.prompt import template_problem
 from batchscore.job.revision import revision_problem
+from batchscore.job.runtimes import runtime_problem
 from batchscore.job.schema import build, coerce, describe, did_you_mean, show
 from batchscore.job.sections import (
     DEFAULT_MODEL,
@@ -34,7 +35,6 @@ from batchscore.job.sections import (
     TensorConfig,
 )
 from batchscore.job.where import where_problem
-from batchscore.pipeline.runtimes import runtime_problem
 
 RAY_MAX_TOKENS = 16384  # a Ray job's budget when it names none (see job_from_dict)
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")

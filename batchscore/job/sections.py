@@ -74,7 +74,7 @@ class ModelConfig:
     # BENCHMARKS.md ("torch.compile") has what it costs and gains.
     compile: bool = False
     # Where an fp32, bf16 or int8 model runs on the CPU: "openvino" compiles the native BERT
-    # encoder for OpenVINO's runtime (`batchscore.models.bert_openvino`, 1.15-1.3x eager per
+    # encoder for OpenVINO's runtime (`batchscore.runtime.bert_openvino`, 1.15-1.3x eager per
     # token; its outputs equal torch's to float noise, int8's within the gate's promise as on
     # any other CPU, so it is not in the fingerprint either); "torch" keeps every model in
     # eager PyTorch; "auto" is OpenVINO wherever it can run that model.

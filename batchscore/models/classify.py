@@ -24,7 +24,7 @@ from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.locate import load_pretrained
 from batchscore.models.text import TextEncoder
 from batchscore.models.windows import mean_by_owner
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 
 

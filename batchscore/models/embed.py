@@ -22,13 +22,13 @@ from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, Quali
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import text_rows
-from batchscore.models.bert import load_bert, read_shape
 from batchscore.models.encoder import SentenceEncoder, dense_weights
 from batchscore.models.locate import check_model_files, load_pretrained
 from batchscore.models.stack import Dense, read_stack
 from batchscore.models.text import TextEncoder, Tokens
 from batchscore.models.windows import mean_by_owner, overlap
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.bert import load_bert, read_shape
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 
 

@@ -25,7 +25,7 @@ import torch
 
 from batchscore.errors import ModelError
 from batchscore.models.factories import find_factory
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 
 
 def detect(path: Path) -> str:

@@ -34,7 +34,7 @@ from batchscore.models.prompt import Prompt
 from batchscore.models.schedule import Limits, Prefixes, Schedule
 from batchscore.models.seats import Forward, plain_cache
 from batchscore.models.text import TextEncoder
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 
 

@@ -25,7 +25,7 @@ from batchscore.models.base import text_rows
 from batchscore.models.embed import Embedder, StackText
 from batchscore.models.prompt import Prompt
 from batchscore.models.sentences import summary_sentences
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 
 

@@ -23,7 +23,7 @@ from batchscore.models.locate import check_model_files
 from batchscore.models.stack import read_stack
 from batchscore.models.summarize import SummarizeTask
 from batchscore.models.tensor import TensorTask, check_tensor_model
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 
 TASKS: dict[str, type] = {
     "embed": EmbedTask,

@@ -21,7 +21,7 @@ from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.factories import BUILTIN, find_factory, registered
 from batchscore.models.features import feature_matrix, is_list
 from batchscore.models.formats import check_export_archive, load_model, model_format
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import Encoded
 

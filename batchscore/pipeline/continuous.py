@@ -14,7 +14,7 @@ import numpy as np
 
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Window
 
 

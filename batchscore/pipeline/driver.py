@@ -38,11 +38,11 @@ from batchscore.output.fingerprint import identity
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending, pending_work
 from batchscore.output.verdict import bad_share_error, mark_complete
-from batchscore.pipeline.executor import device_reason, resolve_device, torch_threads
 from batchscore.pipeline.run import Run
 from batchscore.precision.cache import DecisionCache
 from batchscore.precision.settle import learn, recorded_decision, settle
 from batchscore.precision.table import check_precision
+from batchscore.runtime.device import device_reason, resolve_device, torch_threads
 from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry
 from batchscore.threads import Sink

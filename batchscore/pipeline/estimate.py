@@ -31,7 +31,6 @@ from batchscore.models.locate import locate, model_identity
 from batchscore.models.tasks import generates
 from batchscore.observe.phases import describe
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.pipeline.executor import Executor, resolve_device
 from batchscore.pipeline.plan import SAMPLE_ROWS, plan_job
 from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import batches
@@ -42,6 +41,8 @@ from batchscore.precision.gate import Trial
 from batchscore.precision.load import load_at
 from batchscore.precision.settle import concrete, machine_key
 from batchscore.precision.table import available, check_precision, precision
+from batchscore.runtime.device import resolve_device
+from batchscore.runtime.executor import Executor
 
 # The timed sample: rows drawn at random from those to score, and at most this much model time
 # on them. Measured on a busy 2-core CPU, 128 rows (2-3 batches) gave rates 2x apart from one

@@ -15,10 +15,10 @@ from batchscore.job.sections import Job
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import encode_window
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Chunk, Rows, Scored, Shard, Window
 
 MEMORY = "the data"  # how messages name the in-memory input: "the data: row 3, column 'text'"

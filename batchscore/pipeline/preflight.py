@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from batchscore.engines.ray import import_ray
 from batchscore.errors import BatchscoreError, JobError, ModelError, WriteError
+from batchscore.job.runtimes import check_runtime_device
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.locate import locate
 from batchscore.models.tasks import check_model, check_outputs, generates, input_kinds
 from batchscore.output.pending import check_where
-from batchscore.pipeline.executor import resolve_device
-from batchscore.pipeline.runtimes import check_runtime_device
 from batchscore.precision.table import check_precision
+from batchscore.runtime.device import resolve_device
 from batchscore.storage import open_store
 from batchscore.work.shards import check_columns, find_shards, open_shard
 

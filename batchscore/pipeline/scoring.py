@@ -24,10 +24,11 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.assemble import assemble
 from batchscore.pipeline.continuous import run_stream, streams
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import batches, windows
-from batchscore.pipeline.static import Budget, Outcome, Ran, is_out_of_memory, run_window
+from batchscore.pipeline.static import Budget, Outcome, Ran, run_window
+from batchscore.runtime.device import is_out_of_memory
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Chunk, Part, Scored, Window
 
 log = logging.getLogger("batchscore")

@@ -17,25 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from batchscore import faults
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import batches
+from batchscore.runtime.device import is_out_of_memory
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Window
 
 log = logging.getLogger("batchscore")
 NON_FINITE = "non-finite output (NaN or inf) from the model"
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or the CPU allocator giving up."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
 
 
 @dataclass

@@ -25,11 +25,11 @@ import pyarrow as pa
 from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job
 from batchscore.models.tasks import generates
-from batchscore.pipeline.executor import resolve_device
 from batchscore.precision.cache import Measured
 from batchscore.precision.gate import Trial, judge, trial
 from batchscore.precision.load import CALIBRATION_PASSES, trial_budget
 from batchscore.precision.table import available, precision
+from batchscore.runtime.device import resolve_device
 
 log = logging.getLogger("batchscore")
 

@@ -23,8 +23,8 @@ import pyarrow as pa
 import torch
 
 from batchscore.pipeline.stages import batches
-from batchscore.pipeline.static import is_out_of_memory
 from batchscore.precision.gate import Trial
+from batchscore.runtime.device import is_out_of_memory
 
 log = logging.getLogger("batchscore")
 CPU_WORKING_SET = 128 * 2**20  # bytes of activations per batch on a CPU (MiniLM at 256: 4,096)

@@ -14,11 +14,11 @@ import pyarrow as pa
 from batchscore.job.sections import Job, QualityConfig
 from batchscore.models.agreement import Agreement
 from batchscore.models.base import Task
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import batches
 from batchscore.precision.load import convert, convertible, load_at
+from batchscore.runtime.executor import Executor
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Trial:
     load_s: float = 0.0  # loading the model at this precision, int8's calibration included
     calibrate_s: float = 0.0  # of which int8's calibration
     cold_s: float = 0.0  # its first pass over the sample (the gate's pass, when not timed)
-    runtime: str = "torch"  # or "openvino": where its model ran (`batchscore.pipeline.runtimes`)
+    runtime: str = "torch"  # or "openvino": where its model ran (`batchscore.job.runtimes`)
     known: Known | None = None  # its model's results for the sample, for a run that adopts it
     tokens_per_s: float = 0.0  # padded tokens per second of model time, first batch left out
     tokens_per_row: float = 0.0  # the sample's padded tokens per row, as its batches were cut

@@ -105,7 +105,8 @@ class Int8Linear(nn.Module):
         self.w_zero = torch.zeros(self.out_features, dtype=torch.int32)
         self.bias = linear.bias.detach().float() if linear.bias is not None else None
         # Prepacked once into oneDNN's blocked layout (an opaque tensor only its kernels read);
-        # the plain bytes are kept for an OpenVINO build of the layer (`models.bert_openvino`).
+        # the plain bytes are kept for an OpenVINO build of the layer
+        # (`batchscore.runtime.bert_openvino`).
         self.packed = torch.ops.onednn.qlinear_prepack(w_int8, None)
         self.w_int8 = w_int8
 

@@ -20,10 +20,10 @@ from batchscore.job.sections import Job, ModelConfig
 from batchscore.models.base import Task
 from batchscore.models.tasks import generates, load_task
 from batchscore.observe.progress import stage
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.stages import batches, sample_rows
 from batchscore.precision.int8 import quantize_int8
 from batchscore.precision.table import precision
+from batchscore.runtime.executor import Executor
 
 log = logging.getLogger("batchscore")
 TRIAL_BUDGET = 8192  # budget for trials and calibration when max_tokens is itself "auto"

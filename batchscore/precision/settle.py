@@ -27,12 +27,11 @@ from typing import Any
 import pyarrow as pa
 
 from batchscore.errors import BookkeepingError, OutputConflictError
+from batchscore.job.runtimes import ON_OPENVINO, openvino_wanted
 from batchscore.job.sections import Job
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.manifest import written_for
-from batchscore.pipeline.executor import resolve_device
-from batchscore.pipeline.runtimes import ON_OPENVINO, openvino_wanted
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.auto import choose_auto, measured
 from batchscore.precision.budget import choose_budget
@@ -41,6 +40,7 @@ from batchscore.precision.choose import choose_precision
 from batchscore.precision.gate import Trial, trial
 from batchscore.precision.load import trial_budget
 from batchscore.precision.table import available
+from batchscore.runtime.device import resolve_device
 
 log = logging.getLogger("batchscore")
 

@@ -17,12 +17,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from batchscore.job.sections import ModelConfig
-from batchscore.models.bert import BertEncoder, load_bert, read_shape
 from batchscore.models.embed import load_transformer
 from batchscore.models.pooling import pool
 from batchscore.models.text import TextEncoder
-from batchscore.pipeline.executor import Executor
 from batchscore.precision.int8_linear import Int8Linear, int8_available
+from batchscore.runtime.bert import BertEncoder, load_bert, read_shape
+from batchscore.runtime.executor import Executor
 
 FP32 = ModelConfig(task="embed", precision="fp32", max_length=256)
 

@@ -16,15 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.errors import ModelError
-from batchscore.models import bert_openvino
-from batchscore.models.bert import BertEncoder, load_bert, read_shape
-from batchscore.models.bert_openvino import OpenVinoBert, openvino_bert
+from batchscore.job.runtimes import openvino_missing
 from batchscore.models.pooling import pool
 from batchscore.models.text import TextEncoder
-from batchscore.pipeline.runtimes import openvino_missing
 from batchscore.precision.int8 import quantize_int8
 from batchscore.precision.int8_linear import Int8Linear, int8_available, weight_levels
 from batchscore.precision.table import bf16_native
+from batchscore.runtime import bert_openvino
+from batchscore.runtime.bert import BertEncoder, load_bert, read_shape
+from batchscore.runtime.bert_openvino import OpenVinoBert, openvino_bert
 from tests.models.test_bert import embeddings, min_cosine, padded_batch, tiny_bert
 
 pytestmark = pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))

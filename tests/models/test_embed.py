@@ -11,8 +11,8 @@ from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
 from batchscore.models.embed import EmbedTask
 from batchscore.models.pooling import pool
 from batchscore.models.stack import read_stack
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import form_batches, restore
+from batchscore.runtime.executor import Executor
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import transformers
 
 from batchscore.job.load import job_from_dict
 from batchscore.models.tasks import encoding, load_task
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 from tests.models.st_folders import save_st, tiny_bert
 

@@ -11,7 +11,7 @@ from batchscore.job.sections import InputConfig, ModelConfig, SummarizeConfig
 from batchscore.models.markup import prose
 from batchscore.models.sentences import is_sentence, split_sentences, summary_sentences
 from batchscore.models.summarize import SummarizeTask
-from batchscore.pipeline.executor import Executor
+from batchscore.runtime.executor import Executor
 
 MARKDOWN = """\
 # batchscore

@@ -21,8 +21,8 @@ from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
 from batchscore.models.embed import EmbedTask
 from batchscore.models.stack import read_stack
 from batchscore.output.fingerprint import fingerprint_parts
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import form_batches, restore
+from batchscore.runtime.executor import Executor
 from tests.conftest import write_job
 from tests.models.st_folders import save_st, st_encode, tiny_bert, to_hub_layout
 

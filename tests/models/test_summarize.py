@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from batchscore.job.sections import InputConfig, ModelConfig, SummarizeConfig
 from batchscore.models.sentences import split_sentences, summary_sentences
 from batchscore.models.summarize import SummarizeTask, select_sentences
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import form_batches, restore
+from batchscore.runtime.executor import Executor
 
 
 def test_split_sentences_on_prose():

@@ -21,9 +21,9 @@ from batchscore.models.features import feature_matrix
 from batchscore.models.formats import detect
 from batchscore.models.tensor import TensorTask, check_tensor_model
 from batchscore.pipeline.driver import run_job
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.precision.int8_linear import int8_available
+from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 
 FEATURES = ("x0", "x1", "x2", "x3")

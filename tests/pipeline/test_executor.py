@@ -7,8 +7,9 @@ import torch
 
 from batchscore.errors import JobError
 from batchscore.job.sections import ModelConfig
-from batchscore.pipeline.executor import Executor, resolve_device
 from batchscore.precision.table import available, check_precision
+from batchscore.runtime.device import resolve_device
+from batchscore.runtime.executor import Executor
 
 
 def test_auto_is_cpu_without_cuda():

@@ -14,8 +14,8 @@ from torch import nn
 from transformers import T5Config, T5ForConditionalGeneration
 
 from batchscore.job.sections import ModelConfig
-from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.packing import PackedLinear, pack_linears, packing_available
+from batchscore.runtime.executor import Executor
+from batchscore.runtime.packing import PackedLinear, pack_linears, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN")
 

@@ -13,17 +13,17 @@ import pytest
 import torch
 
 from batchscore.errors import JobError, ModelError
+from batchscore.job import runtimes
 from batchscore.job.load import load_job
+from batchscore.job.runtimes import ON_OPENVINO, openvino_missing
 from batchscore.job.sections import ModelConfig
-from batchscore.models.bert import BertEncoder
-from batchscore.models.bert_openvino import OpenVinoBert
 from batchscore.models.embed import Embedder, StackText
 from batchscore.output.fingerprint import fingerprint_parts
-from batchscore.pipeline import runtimes
-from batchscore.pipeline.executor import Executor
-from batchscore.pipeline.runtimes import ON_OPENVINO, openvino_missing
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.table import available
+from batchscore.runtime.bert import BertEncoder
+from batchscore.runtime.bert_openvino import OpenVinoBert
+from batchscore.runtime.executor import Executor
 from tests.conftest import read_output
 
 needs_openvino = pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from batchscore.api import data_job
 from batchscore.observe.report import RunStats
-from batchscore.pipeline.executor import Executor
 from batchscore.pipeline.scoring import HANDOFFS, Scorer
 from batchscore.pipeline.stages import encode
+from batchscore.runtime.executor import Executor
 from batchscore.work.units import Chunk, Encoded, Part, Rows, Scored, Shard, Window
 from tests.pipeline.test_known import QUIET, SCHEMA, Sums
 

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.errors import QualityGateError
 from batchscore.job.load import load_job
+from batchscore.job.runtimes import openvino_missing
 from batchscore.models.locate import locate
 from batchscore.pipeline.driver import run_job
-from batchscore.pipeline.runtimes import openvino_missing
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.auto import choose_auto
 from batchscore.precision.gate import judge, trial

@@ -1,7 +1,7 @@
 """Which runtime a model runs on, decided before anything heavy is imported.
 
 `[model].runtime` is "torch" (eager PyTorch for every model), "openvino" (the native BERT
-encoder compiled for OpenVINO's CPU runtime, `batchscore.models.bert_openvino`) or "auto", which
+encoder compiled for OpenVINO's CPU runtime, `batchscore.runtime.bert_openvino`) or "auto", which
 is OpenVINO wherever it can run the model and PyTorch elsewhere. OpenVINO takes fp32, bf16 and
 int8 loads on the CPU only (int8's once its calibration has chosen the int8 layers on torch):
 fp16 stays a torch cast (OpenVINO's CPU fp16 needs AMX-FP16), and `[model].compile` hands the

@@ -14,46 +14,18 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from batchscore.errors import JobError, ModelError
+from batchscore.errors import ModelError
+from batchscore.job.runtimes import check_runtime_device, openvino_wanted
 from batchscore.job.sections import ModelConfig
-from batchscore.models.bert import BertEncoder
-from batchscore.models.bert_openvino import openvino_bert
-from batchscore.pipeline.packing import pack_linears
-from batchscore.pipeline.runtimes import check_runtime_device, openvino_wanted
 from batchscore.precision.table import check_precision, precision
+from batchscore.runtime.bert import BertEncoder
+from batchscore.runtime.bert_openvino import openvino_bert
+from batchscore.runtime.device import resolve_device
+from batchscore.runtime.packing import pack_linears
 from batchscore.threads import available_cores
 
 T = TypeVar("T")
 log = logging.getLogger("batchscore")
-
-
-def resolve_device(spec: str) -> torch.device:
-    """Turn ``auto | cpu | cuda | cuda:N`` into a device this machine has."""
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(spec)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise JobError(f'[model].device: "{spec}" asked for, but this machine has no CUDA GPU')
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise JobError(
-                f'[model].device: "{spec}" asked for, but only {torch.cuda.device_count()} GPU(s)'
-            )
-    return device
-
-
-def device_reason(spec: str) -> str:
-    """Why ``[model].device`` resolves as it does, for the run's debug log."""
-    if spec != "auto":
-        return "the job's [model].device"
-    if torch.cuda.is_available():
-        return f"auto: CUDA is available ({torch.cuda.get_device_name(0)})"
-    return "auto: no CUDA GPU here"
-
-
-def torch_threads() -> int:
-    """The intra-op threads torch runs CPU kernels with."""
-    return torch.get_num_threads()
 
 
 def inductor(module: torch.nn.Module) -> torch.nn.Module:
@@ -103,9 +75,9 @@ class Executor:
 
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
         """Cast once, move once, switch to inference behaviour (no dropout, no grad); put a
-        native BERT encoder on OpenVINO where the runtime says (`batchscore.pipeline.runtimes`);
+        native BERT encoder on OpenVINO where the runtime says (`batchscore.job.runtimes`);
         compile when the job asks (`[model].compile`), else pack float32 CPU Linear weights for
-        oneDNN (`batchscore.pipeline.packing`). `prepared` keeps the module before inductor."""
+        oneDNN (`batchscore.runtime.packing`). `prepared` keeps the module before inductor."""
         module = self.place(module).eval()
         module.requires_grad_(False)
         if self.openvino and not precision(self.precision).calibrated:

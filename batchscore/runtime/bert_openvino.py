@@ -31,8 +31,8 @@ import torch
 from torch import nn
 
 from batchscore.errors import ModelError
-from batchscore.models.bert import BertEncoder, BertShape, EncoderOutput
 from batchscore.precision.int8_linear import Int8Linear, weight_levels
+from batchscore.runtime.bert import BertEncoder, BertShape, EncoderOutput
 
 log = logging.getLogger("batchscore")
 # config.json's hidden_act -> OpenVINO's Gelu mode, or the opset function for the others
@@ -124,7 +124,7 @@ class OpenVinoBert(nn.Module):
 
     It has no parameters: the weights live in the compiled graph, and precision's load-time
     transforms (casts, int8's Linear swap) have nothing to act on, which is why it is built
-    after the cast and int8 never gets one (`batchscore.pipeline.executor`). Its hidden states
+    after the cast and int8 never gets one (`batchscore.runtime.executor`). Its hidden states
     come back in ``dtype``, the encoder's, for the layers after it (pooling, a stack's head).
     """
 
