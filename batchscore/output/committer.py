@@ -34,7 +34,7 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Pending
 from batchscore.output.verdict import bad_share_error
-from batchscore.pipeline.writer import ChunkWriter
+from batchscore.output.writer import ChunkWriter
 from batchscore.storage.layout import part_name, rejected_name
 from batchscore.threads import available_cores, in_shares
 from batchscore.work.units import Chunk, Scored

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from batchscore.errors import OutputConflictError, WriteError
 from batchscore.output.manifest import facts_of
-from batchscore.pipeline.writer import ChunkWriter
+from batchscore.output.writer import ChunkWriter
 from batchscore.storage.local import LocalStore
 
 SCHEMA = pa.schema([("id", pa.string()), ("embedding", pa.list_(pa.float32()))])
@@ -118,7 +118,7 @@ def test_a_large_chunk_streams_to_its_file_and_its_facts_are_read_back(tmp_path:
 def test_a_streamed_chunk_is_never_written_through_a_link_at_its_staged_name(tmp_path, monkeypatch):
     """A link planted in the staging folder at the name a large chunk streams to: the write is
     refused (exit 6), and the file the link points at is left as it was."""
-    from batchscore.pipeline import writer
+    from batchscore.output import writer
 
     monkeypatch.setattr(writer, "HOLD_BYTES", 0)  # every window streams to the staged file
     out = tmp_path / "out"
