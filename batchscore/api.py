@@ -35,6 +35,9 @@ from batchscore.job.columns import clashes
 from batchscore.job.load import apply_overrides, apply_values, job_from_dict, read_job_file
 from batchscore.job.schema import did_you_mean
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
+from batchscore.measure.cache import DecisionCache, cache_folder
+from batchscore.measure.load import load_at
+from batchscore.measure.settle import settle
 from batchscore.models.base import Task
 from batchscore.models.locate import locate, model_identity
 from batchscore.models.tasks import input_kinds
@@ -44,9 +47,6 @@ from batchscore.observe.report import RunReport
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
-from batchscore.precision.cache import DecisionCache, cache_folder
-from batchscore.precision.load import load_at
-from batchscore.precision.settle import settle
 from batchscore.runtime.executor import Executor
 from batchscore.work.shards import check_columns
 

@@ -127,9 +127,9 @@ def run(
     from pathlib import Path
 
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
+        from batchscore.measure.cache import DecisionCache, cache_folder
         from batchscore.observe.report import summary
         from batchscore.pipeline.driver import run_job
-        from batchscore.precision.cache import DecisionCache, cache_folder
 
     if progress == "auto":
         progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
@@ -203,10 +203,10 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
 
     with paused():
         from batchscore.errors import QualityGateError
+        from batchscore.measure.cache import DecisionCache, cache_folder
+        from batchscore.measure.settle import check as check_quality
+        from batchscore.measure.settle import machine_key
         from batchscore.models.locate import locate, model_identity
-        from batchscore.precision.cache import DecisionCache, cache_folder
-        from batchscore.precision.settle import check as check_quality
-        from batchscore.precision.settle import machine_key
 
     loaded = load(job, overrides)
     path = locate(loaded.model)
@@ -312,9 +312,9 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
         batchscore plan jobs/embed.toml --json --max-wall-s 3600 && batchscore run jobs/embed.toml
     """
     with paused():
+        from batchscore.measure.cache import DecisionCache, cache_folder
         from batchscore.pipeline.estimate import check_limits, format_plan
         from batchscore.pipeline.estimate import plan as plan_job
-        from batchscore.precision.cache import DecisionCache, cache_folder
 
     loaded = load(job, overrides)
     process = process_started()  # a run's start-up would end here, as this plan's does

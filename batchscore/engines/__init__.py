@@ -13,9 +13,9 @@ from typing import Any, Protocol
 from batchscore.engines.local import LocalEngine
 from batchscore.engines.ray import RayEngine
 from batchscore.job.sections import Job
+from batchscore.measure.gate import Trial
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
-from batchscore.precision.gate import Trial
 from batchscore.threads import Sink
 from batchscore.work.units import Chunk, Scored
 

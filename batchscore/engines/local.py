@@ -16,14 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchscore.job.sections import Job
+from batchscore.measure.gate import Trial
+from batchscore.measure.load import load_at
 from batchscore.models.base import Encoding, Task
 from batchscore.models.tasks import encoding
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import windows
-from batchscore.precision.gate import Trial
-from batchscore.precision.load import load_at
 from batchscore.runtime.executor import Executor
 from batchscore.threads import Prefetch, Sink
 from batchscore.work.units import Chunk, Scored, Window

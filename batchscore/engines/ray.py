@@ -27,12 +27,12 @@ from typing import Any
 
 from batchscore.errors import BatchscoreError, EngineError, JobError
 from batchscore.job.sections import Job, RayConfig
+from batchscore.measure.gate import Trial
+from batchscore.measure.load import load_at
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.observe.shape import Shape
 from batchscore.pipeline.scoring import Scorer, score_chunk
-from batchscore.precision.gate import Trial
-from batchscore.precision.load import load_at
 from batchscore.runtime.executor import Executor
 from batchscore.threads import Sink
 from batchscore.work.units import Chunk, Scored

@@ -122,7 +122,7 @@ class QualityConfig:
     min_exact_match: float = field(default=0.9, metadata={"min": 0.0, "max": 1.0})
     max_relative_error: float = field(default=0.01, metadata={"min": 0.0})
     accept: bool = False  # score even when the precision fails the gate (--accept-quality)
-    # where "auto" keeps what it measured on this machine (`batchscore.precision.cache`): a
+    # where "auto" keeps what it measured on this machine (`batchscore.measure.cache`): a
     # volume fresh containers mount, say; default $BATCHSCORE_CACHE_DIR, else the user's cache
     cache_dir: str | None = None
 

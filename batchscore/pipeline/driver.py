@@ -25,6 +25,8 @@ from typing import Any
 from batchscore.engines import Engine, open_engine
 from batchscore.errors import ShardsFailedError
 from batchscore.job.sections import Job
+from batchscore.measure.cache import DecisionCache
+from batchscore.measure.settle import learn, recorded_decision, settle
 from batchscore.models.locate import locate
 from batchscore.models.tasks import check_outputs, input_kinds
 from batchscore.observe.logs import run_context
@@ -39,8 +41,6 @@ from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending, pending_work
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.pipeline.run import Run
-from batchscore.precision.cache import DecisionCache
-from batchscore.precision.settle import learn, recorded_decision, settle
 from batchscore.precision.table import check_precision
 from batchscore.runtime.device import device_reason, resolve_device, torch_threads
 from batchscore.storage.layout import report_name
@@ -71,7 +71,7 @@ def run_job(
     shard, with the report) when some shard could not be read. The run report is written
     whatever happens (unless the run found nothing to do), and so are the Prometheus metrics in
     ``metrics_file``. ``cache`` keeps what "auto" measured on this machine (see
-    `batchscore.precision.cache`); None measures in every new output folder.
+    `batchscore.measure.cache`); None measures in every new output folder.
     ``process_started``: when the process began, for a command whose process is the run's
     (the report's "start-up" phase).
     """

@@ -7,7 +7,7 @@ the same precision (padded tokens per second of its scoring wall time, so readin
 their overlap are in it), or, when there is none, a short timed sample: the model loaded at the
 precision the run starts with scores ~`TIMED_ROWS` rows drawn at random from those to score,
 after a warm-up batch (padded tokens per second of model time). Measuring follows what the run
-will do (`batchscore.precision.auto`): nothing for a folder that settled, the gate's passes and
+will do (`batchscore.measure.auto`): nothing for a folder that settled, the gate's passes and
 int8's calibration for a fixed precision, and for "auto" each faster precision that can pay for
 itself on this job, at the speed this machine measured for it before or the device's guess.
 The estimate says which of its parts are guesses, and what a machine with an empty cache
@@ -27,6 +27,12 @@ import pyarrow as pa
 
 from batchscore.errors import OverLimitError
 from batchscore.job.sections import Job
+from batchscore.measure.auto import calibration_s, outlook
+from batchscore.measure.budget import longest_unit, model_shape, shape_budget
+from batchscore.measure.cache import DecisionCache, Entry, Measured
+from batchscore.measure.gate import Trial
+from batchscore.measure.load import load_at
+from batchscore.measure.settle import concrete, machine_key
 from batchscore.models.locate import locate, model_identity
 from batchscore.models.tasks import generates
 from batchscore.observe.phases import describe
@@ -34,12 +40,6 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.pipeline.plan import SAMPLE_ROWS, plan_job
 from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import batches
-from batchscore.precision.auto import calibration_s, outlook
-from batchscore.precision.budget import longest_unit, model_shape, shape_budget
-from batchscore.precision.cache import DecisionCache, Entry, Measured
-from batchscore.precision.gate import Trial
-from batchscore.precision.load import load_at
-from batchscore.precision.settle import concrete, machine_key
 from batchscore.precision.table import available, check_precision, precision
 from batchscore.runtime.device import resolve_device
 from batchscore.runtime.executor import Executor
@@ -227,7 +227,7 @@ class Spend:
 
     def auto(self, entry: Entry) -> dict[str, Any]:
         """An unsettled "auto": fp32 first, then each faster precision worth trying, as
-        `batchscore.precision.auto.choose_auto` weighs them (each tried one expected to pass)."""
+        `batchscore.measure.auto.choose_auto` weighs them (each tried one expected to pass)."""
         device = resolve_device(self.job.model.device)
         reference = Trial(
             "fp32",

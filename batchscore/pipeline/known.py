@@ -1,6 +1,6 @@
 """Results the run's model already gave, so that no unit is scored twice by the same model.
 
-A new output folder's quality gate scores the job's first rows (`batchscore.precision.gate`),
+A new output folder's quality gate scores the job's first rows (`batchscore.measure.gate`),
 and the local engine then adopts the gate's model rather than loading it again. Those rows are
 the first the run reads, so without this the run would score them a second time, with the very
 model that just did: a pass over `[quality].sample_rows` rows wasted in every new folder

@@ -1,3 +1,3 @@
-"""Precision: one table of precisions (`table`), the int8 transform (`int8_linear`, `calibration`,
-`int8`), loading a task at a precision (`load`), the quality gate (`gate`) and the choices left to
-measurement (`choose`: "auto" precision and token budget)."""
+"""Precision: one table of precisions (`table`: dtype, devices, gate, calibration) and int8's
+load-time transform (`int8_linear`: the layer, `calibration`: outputs compared row by row,
+`int8`: which layers go int8). Choosing one on a job's rows is `batchscore.measure`'s."""

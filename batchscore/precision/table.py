@@ -2,7 +2,7 @@
 
 Adding a precision is one entry: the dtype the model's float parts run in, which devices run it
 natively (faster than fp32), whether text generation may use it, and whether the loaded model is
-transformed on the job's own rows (int8's calibration, see `batchscore.precision.load`).
+transformed on the job's own rows (int8's calibration, see `batchscore.measure.load`).
 Precision is decided once, at load; the batch loop never branches on it.
 """
 
@@ -79,7 +79,7 @@ class Precision:
     generates: bool = True  # text generation may use it
     calibrated: bool = False  # the loaded model is transformed on the job's own rows
     # a first guess of its speed over fp32 on this device, before anything is measured: what
-    # "auto" weighs when deciding whether trying it can pay for itself (`batchscore.precision.auto`)
+    # "auto" weighs when deciding whether trying it can pay for itself (`batchscore.measure.auto`)
     speedup: Callable[[torch.device], float] = lambda device: 1.0
     # why this torch build cannot run it on the device at all (a missing kernel), or None
     missing: Callable[[torch.device], str | None] = lambda device: None

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.job.load import load_job
+from batchscore.measure.cache import DecisionCache, Entry, Measured
+from batchscore.measure.settle import machine_key
 from batchscore.models.locate import locate, model_identity
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.estimate import plan
-from batchscore.precision.cache import DecisionCache, Entry, Measured
-from batchscore.precision.settle import machine_key
 from batchscore.precision.table import available
 from tests.conftest import record_of, write_job
 from tests.models import tiny

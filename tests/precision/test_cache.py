@@ -17,20 +17,14 @@ from hypothesis import strategies as st
 from batchscore.cli import main
 from batchscore.job.load import load_job
 from batchscore.job.sections import BatchingConfig, ModelConfig
+from batchscore.measure.auto import choose_auto, outlook
+from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache_folder
+from batchscore.measure.gate import Trial
+from batchscore.measure.settle import machine_key
 from batchscore.models.locate import locate, model_identity
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.stages import sample_rows
-from batchscore.precision.auto import choose_auto, outlook
-from batchscore.precision.cache import (
-    FILE,
-    DecisionCache,
-    Entry,
-    Measured,
-    cache_folder,
-)
-from batchscore.precision.gate import Trial
 from batchscore.precision.int8_linear import int8_available
-from batchscore.precision.settle import machine_key
 from batchscore.precision.table import available
 from tests.conftest import write_job
 from tests.models import tiny

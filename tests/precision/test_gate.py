@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 from batchscore.job.sections import QualityConfig
+from batchscore.measure.gate import Trial, judge
 from batchscore.models import agreement
 from batchscore.models.generate import AbstractiveSummarizeTask
 from batchscore.models.tasks import TASKS
-from batchscore.precision.gate import Trial, judge
 
 GATE = QualityConfig()
 

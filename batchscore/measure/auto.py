@@ -6,7 +6,7 @@ results when fp32 stays) and it times fp32 on this machine, now, whatever else t
 doing. A faster precision is then tried only while what it is expected to save on the rest of
 this job exceeds what trying it costs: its load, int8's calibration and its own pass over the
 sample. Before it is tried its speed is a guess, as a multiple of fp32's: the ratio this machine
-measured for the model before (`batchscore.precision.cache`), else what the device's units
+measured for the model before (`batchscore.measure.cache`), else what the device's units
 promise (`Precision.speedup`). Once tried, it is judged by the gate and by its measured speed.
 
 A few hundred rows are therefore scored in fp32 with nothing measured beyond the gate's own
@@ -24,10 +24,10 @@ import pyarrow as pa
 
 from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job
+from batchscore.measure.cache import Measured
+from batchscore.measure.gate import Trial, judge, trial
+from batchscore.measure.load import CALIBRATION_PASSES, trial_budget
 from batchscore.models.tasks import generates
-from batchscore.precision.cache import Measured
-from batchscore.precision.gate import Trial, judge, trial
-from batchscore.precision.load import CALIBRATION_PASSES, trial_budget
 from batchscore.precision.table import available, precision
 from batchscore.runtime.device import resolve_device
 

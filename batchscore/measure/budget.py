@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from batchscore.measure.gate import Trial
 from batchscore.pipeline.stages import batches
-from batchscore.precision.gate import Trial
 from batchscore.runtime.device import is_out_of_memory
 
 log = logging.getLogger("batchscore")

@@ -12,12 +12,12 @@ import numpy as np
 import pyarrow as pa
 
 from batchscore.job.sections import Job, QualityConfig
+from batchscore.measure.load import convert, convertible, load_at
 from batchscore.models.agreement import Agreement
 from batchscore.models.base import Task
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import batches
-from batchscore.precision.load import convert, convertible, load_at
 from batchscore.runtime.executor import Executor
 
 

@@ -3,7 +3,7 @@
 A fixed precision (bf16, int8, ...) is gated: it scores the job's first rows next to fp32 and is
 refused when the two agree less than `[quality]` demands. `batchscore check` with "auto" measures
 every precision the device runs natively, each timed on a warm second pass, and shows the table.
-A run's "auto" weighs what is worth trying instead (`batchscore.precision.auto`).
+A run's "auto" weighs what is worth trying instead (`batchscore.measure.auto`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job
+from batchscore.measure.gate import Trial, judge, trial
+from batchscore.measure.load import trial_budget
 from batchscore.models.tasks import generates
-from batchscore.precision.gate import Trial, judge, trial
-from batchscore.precision.load import trial_budget
 from batchscore.precision.table import available, precision
 from batchscore.runtime.device import resolve_device
 

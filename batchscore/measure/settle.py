@@ -1,18 +1,18 @@
 """What a job leaves to measurement, decided once per output folder before anything is scored.
 
 - The quality gate: a precision other than fp32 scores the job's first rows next to fp32 and is
-  refused when the two agree less than `[quality]` demands (see `batchscore.precision.gate`).
+  refused when the two agree less than `[quality]` demands (see `batchscore.measure.gate`).
 - ``precision = "auto"``: fp32 scores those rows first (the run keeps its results), and a faster
   precision the device runs natively is tried only where it can pay for itself on this job
-  (see `batchscore.precision.auto`); the fastest that passes the gate is chosen.
+  (see `batchscore.measure.auto`); the fastest that passes the gate is chosen.
 - ``precision = "int8"``: which Linear layers may run in int8 is measured on those rows too,
-  every time the model loads (see `batchscore.precision.load`); the gate then judges the result.
+  every time the model loads (see `batchscore.measure.load`); the gate then judges the result.
 - ``max_tokens = "auto"``: the budget comes from the model's shape, probed once on a GPU
-  (see `batchscore.precision.budget`).
+  (see `batchscore.measure.budget`).
 
 The decision is recorded in the output folder, so a resumed run reuses it and one output never
 mixes precisions; the run report carries it, reasons included. What a precision measured is
-kept per machine (`batchscore.precision.cache`), so the next job weighs it by measurement
+kept per machine (`batchscore.measure.cache`), so the next job weighs it by measurement
 rather than by the device's guess.
 """
 
@@ -29,16 +29,16 @@ import pyarrow as pa
 from batchscore.errors import BookkeepingError, OutputConflictError
 from batchscore.job.runtimes import ON_OPENVINO, openvino_wanted
 from batchscore.job.sections import Job
+from batchscore.measure.auto import choose_auto, measured
+from batchscore.measure.budget import choose_budget
+from batchscore.measure.cache import DecisionCache, Entry, cache_key
+from batchscore.measure.choose import choose_precision
+from batchscore.measure.gate import Trial, trial
+from batchscore.measure.load import trial_budget
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.manifest import written_for
 from batchscore.pipeline.stages import sample_rows
-from batchscore.precision.auto import choose_auto, measured
-from batchscore.precision.budget import choose_budget
-from batchscore.precision.cache import DecisionCache, Entry, cache_key
-from batchscore.precision.choose import choose_precision
-from batchscore.precision.gate import Trial, trial
-from batchscore.precision.load import trial_budget
 from batchscore.precision.table import available
 from batchscore.runtime.device import resolve_device
 
@@ -154,7 +154,7 @@ def nothing_to_measure(job: Job) -> dict[str, Any]:
 
 
 def machine_key(job: Job, model_files: str) -> str:
-    """What a cached decision depends on (see `batchscore.precision.cache`): a precision's speed
+    """What a cached decision depends on (see `batchscore.measure.cache`): a precision's speed
     depends on the runtime it loads on, so OpenVINO's version and the precisions it runs are
     part of it where it runs (a decision timed with bf16 on torch is not bf16 on OpenVINO's)."""
     device = resolve_device(job.model.device)
