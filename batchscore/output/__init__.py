@@ -1,3 +1,3 @@
 """The output folder contract (every name in it: `batchscore.storage.layout`): the plan of work
-(`pending`: chunks, the unit of commit), commit records and the job's claim (`checkpoint`,
-`fingerprint`), the committer, the lock, and `status`."""
+(`pending`: which chunks are still to score), commit records (`checkpoint`), the job's claim
+(`claim`), the chunk writer and the committer, the lock, and gone shards moved out (`retire`)."""

@@ -29,7 +29,7 @@ class Identity:
     name: str
     source: str  # the job file, for messages
     inputs: list[str]  # the resolved [input].path entries
-    parts: dict[str, Any]  # what decides the output (see `batchscore.output.fingerprint`)
+    parts: dict[str, Any]  # what decides the output (see `batchscore.models.fingerprint`)
 
     @property
     def fingerprint(self) -> str:

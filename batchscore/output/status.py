@@ -15,10 +15,10 @@ from typing import Any
 
 from batchscore.errors import BatchscoreError, ModelError
 from batchscore.job.sections import Job
+from batchscore.models.fingerprint import identity
 from batchscore.models.locate import locate
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
-from batchscore.output.fingerprint import identity
 from batchscore.output.manifest import problems
 from batchscore.output.retire import retirements
 from batchscore.storage.layout import GONE, shard_of

@@ -27,6 +27,7 @@ from batchscore.errors import ShardsFailedError
 from batchscore.job.sections import Job
 from batchscore.measure.cache import DecisionCache
 from batchscore.measure.settle import learn, recorded_decision, settle
+from batchscore.models.fingerprint import identity
 from batchscore.models.locate import locate
 from batchscore.models.tasks import check_outputs, input_kinds
 from batchscore.observe.logs import run_context
@@ -36,7 +37,6 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import check_claim
 from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, output_schema
-from batchscore.output.fingerprint import identity
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending, pending_work
 from batchscore.output.verdict import bad_share_error, mark_complete

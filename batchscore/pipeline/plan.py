@@ -23,10 +23,10 @@ from batchscore.errors import InputDataError
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoding
+from batchscore.models.fingerprint import identity
 from batchscore.models.tasks import encoding, input_kinds
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.claim import conflict as claim_conflict
-from batchscore.output.fingerprint import identity
 from batchscore.output.pending import pending_work
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens

@@ -14,9 +14,9 @@ from batchscore.cli import main
 from batchscore.errors import JobError, ModelError
 from batchscore.job.load import load_job
 from batchscore.job.sections import ModelConfig
+from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.hub import hub_cache
 from batchscore.models.locate import locate
-from batchscore.output.fingerprint import fingerprint_parts
 from batchscore.pipeline.driver import run_job
 from tests.conftest import read_output, write_job
 from tests.models.st_folders import save_st, tiny_bert

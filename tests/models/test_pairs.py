@@ -14,7 +14,7 @@ from batchscore.errors import JobError
 from batchscore.job.load import load_job
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig
 from batchscore.models.classify import ClassifyTask
-from batchscore.output.fingerprint import fingerprint_parts
+from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.runtime.executor import Executor

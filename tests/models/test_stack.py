@@ -19,8 +19,8 @@ from batchscore.errors import ModelError
 from batchscore.job.load import load_job
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
 from batchscore.models.embed import EmbedTask
+from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.stack import read_stack
-from batchscore.output.fingerprint import fingerprint_parts
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.runtime.executor import Executor
 from tests.conftest import write_job

@@ -10,7 +10,7 @@ import torch
 
 from batchscore.job.load import load_job
 from batchscore.job.sections import ModelConfig
-from batchscore.output.fingerprint import fingerprint_parts
+from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output
 

@@ -18,7 +18,7 @@ from batchscore.job.load import load_job
 from batchscore.job.runtimes import ON_OPENVINO, openvino_missing
 from batchscore.job.sections import ModelConfig
 from batchscore.models.embed import Embedder, StackText
-from batchscore.output.fingerprint import fingerprint_parts
+from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.table import available
 from batchscore.runtime.bert import BertEncoder
