@@ -44,9 +44,9 @@ from batchscore.models.tasks import input_kinds
 from batchscore.observe.logs import slow_steps
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunReport
-from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
+from batchscore.recipes.driver import run_job
 from batchscore.runtime.executor import Executor
 from batchscore.work.shards import check_columns
 

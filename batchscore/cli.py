@@ -19,7 +19,7 @@ from batchscore.exits import json_logs, reports_errors, stopping_on_signals
 from batchscore.job.load import load_job
 from batchscore.job.sections import Job
 from batchscore.observe.phases import process_start
-from batchscore.pipeline.heap import paused
+from batchscore.recipes.heap import paused
 from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
@@ -129,7 +129,7 @@ def run(
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
         from batchscore.measure.cache import DecisionCache, cache_folder
         from batchscore.observe.report import summary
-        from batchscore.pipeline.driver import run_job
+        from batchscore.recipes.driver import run_job
 
     if progress == "auto":
         progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
@@ -165,7 +165,7 @@ def validate(job: str, overrides: tuple[str, ...]) -> None:
         batchscore validate jobs/embed.toml
         batchscore validate jobs/embed.toml --set model.max_length=128
     """
-    from batchscore.pipeline.preflight import preflight
+    from batchscore.recipes.preflight import preflight
 
     loaded = load(job, overrides)
     for fact in preflight(loaded):
@@ -247,7 +247,7 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool) -> None:
         batchscore status jobs/summarize.toml
         batchscore status jobs/summarize.toml --json
     """
-    from batchscore.output.status import format_status, job_status
+    from batchscore.recipes.status import format_status, job_status
 
     result = job_status(load(job, overrides))
     click.echo(json.dumps(result, indent=2) if as_json else format_status(result))
@@ -272,7 +272,7 @@ def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> Non
         batchscore report jobs/embed.toml --json
     """
     from batchscore.observe.html import write_page
-    from batchscore.output.history import report_numbers
+    from batchscore.recipes.history import report_numbers
 
     numbers = report_numbers(load(job, overrides))
     if as_json:
@@ -313,8 +313,8 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
     """
     with paused():
         from batchscore.measure.cache import DecisionCache, cache_folder
-        from batchscore.pipeline.estimate import check_limits, format_plan
-        from batchscore.pipeline.estimate import plan as plan_job
+        from batchscore.recipes.estimate import check_limits, format_plan
+        from batchscore.recipes.estimate import plan as plan_job
 
     loaded = load(job, overrides)
     process = process_started()  # a run's start-up would end here, as this plan's does

@@ -102,7 +102,7 @@ def test_the_tree_names_the_rooms():
     """Every room the README's "How it is built" describes is a package here, and vice versa."""
     rooms = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert rooms == {"job", "pipeline", "output", "precision", "models", "engines", "storage",
-                     "observe", "work", "runtime", "measure"}  # fmt: skip
+                     "observe", "work", "runtime", "measure", "recipes"}  # fmt: skip
     readme = (PACKAGE.parent / "README.md").read_text()
     section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
     for room in rooms:

@@ -26,8 +26,8 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.load import load_job
-from batchscore.output.status import job_status
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.status import job_status
 from tests.conftest import read_output, record_of, write_job
 from tests.reliability import make_job
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from batchscore.job.load import load_job
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
 from tests.conftest import read_output
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,3 +1,5 @@
-"""The pipeline, in data order: shards and reader (rows), stages (windows and batches), sampler
-(length buckets), executor and scoring (the model), writer (Parquet), threads (the overlap), and
-the driver that wires them for one job. `preflight` checks a job before any of it runs."""
+"""The pipeline's stages, in data order: the reader (a chunk's rows, `where` applied), the stages
+(windows encoded and cut into batches by the sampler's length buckets; `known`: results the
+gate's model already gave), scoring in the model's thread (`static` batches or `continuous`
+ones, out-of-memory splitting), and `assemble` (output rows in input order). `memory` runs a
+frame through them as one shard. The recipes that wire them are `batchscore.recipes`'."""

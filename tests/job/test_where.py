@@ -17,8 +17,8 @@ from batchscore.cli import main
 from batchscore.errors import JobError, OutputConflictError
 from batchscore.job.load import load_job
 from batchscore.job.where import RowFilter, where_problem
-from batchscore.output.status import job_status
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.status import job_status
 from tests.conftest import read_output
 from tests.reliability import make_job
 

@@ -13,8 +13,8 @@ from batchscore.errors import JobError, ModelError
 from batchscore.job.load import load_job
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig
 from batchscore.models.classify import ClassifyTask
-from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.sampler import form_batches, restore
+from batchscore.recipes.driver import run_job
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 

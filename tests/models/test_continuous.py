@@ -14,7 +14,7 @@ from batchscore.job.load import load_job
 from batchscore.models.decode import generation_config, loop_decodes_alike
 from batchscore.models.schedule import shared_start
 from batchscore.models.seats import plain_cache
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
 from tests.conftest import read_output
 from tests.models.test_generate import (
     assert_same_tokens,

@@ -20,9 +20,9 @@ from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, Su
 from batchscore.models.decode import Decoding, trim
 from batchscore.models.generate import GenerateTask, generative_kind
 from batchscore.models.tasks import load_task
-from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.precision.int8_linear import int8_available
+from batchscore.recipes.driver import run_job
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 

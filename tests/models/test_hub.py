@@ -17,7 +17,7 @@ from batchscore.job.sections import ModelConfig
 from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.hub import hub_cache
 from batchscore.models.locate import locate
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
 from tests.conftest import read_output, write_job
 from tests.models.st_folders import save_st, tiny_bert
 

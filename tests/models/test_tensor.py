@@ -20,9 +20,9 @@ from batchscore.models.factories import find_factory
 from batchscore.models.features import feature_matrix
 from batchscore.models.formats import detect
 from batchscore.models.tensor import TensorTask, check_tensor_model
-from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.precision.int8_linear import int8_available
+from batchscore.recipes.driver import run_job
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 

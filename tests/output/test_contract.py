@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.load import load_job
-from batchscore.output.status import job_status
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.status import job_status
 from batchscore.storage.layout import chunk_key, part_name, shard_key
 from tests.conftest import read_output, source_of
 from tests.reliability import make_job

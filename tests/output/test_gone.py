@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.job.load import load_job
-from batchscore.output.status import job_status
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.status import job_status
 from batchscore.storage.fs import filesystem
 from batchscore.storage.layout import chunk_key, part_name, record_name, shard_key
 from tests.output.tiny import glob_ids, kept_ids, run_cli, tiny_job, write_shard

@@ -14,7 +14,7 @@ import sample_corpus
 
 from batchscore.job.load import load_job
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
 from batchscore.storage.layout import part_name
 from tests.conftest import read_output, write_job
 from tests.output.test_checkpoint import write_part

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.errors import WriteError
 from batchscore.job.load import load_job
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
 from batchscore.storage.local import LocalStore
 from tests.output.tiny import tiny_job, write_shard
 

@@ -12,8 +12,8 @@ import pytest
 
 from batchscore.errors import BookkeepingError
 from batchscore.job.load import load_job
-from batchscore.output.status import job_status
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.status import job_status
 from tests.output.tiny import glob_ids, run_cli, tiny_job, write_shard
 
 NEW = ("--set", "output.chunk_rows=3")  # other settings: what a restart is for

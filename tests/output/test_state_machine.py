@@ -32,8 +32,8 @@ from safetensors.torch import save_file
 
 from batchscore.job.load import load_job
 from batchscore.models.factories import mlp
-from batchscore.output.status import job_status
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.status import job_status
 from tests.conftest import source_of, write_job
 
 pytestmark = pytest.mark.slow

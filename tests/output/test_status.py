@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from batchscore.cli import main
 from batchscore.errors import OutputConflictError
 from batchscore.job.load import load_job
-from batchscore.output.status import job_status
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.status import job_status
 from tests.output.tiny import tiny_job, write_shard
 
 # keys a user may change between runs: some decide the output (the fingerprint), some do not

@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 
 from batchscore.job.load import load_job
 from batchscore.models.factories import mlp
-from batchscore.output.status import job_status
+from batchscore.recipes.status import job_status
 from tests.conftest import output_files, source_of, write_job
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ import weakref
 from pathlib import Path
 
 from batchscore.job.load import load_job
-from batchscore.pipeline.driver import run_job
-from batchscore.pipeline.heap import Frozen, paused
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.heap import Frozen, paused
 
 
 class Node:

@@ -19,9 +19,9 @@ from batchscore.job.load import load_job
 from batchscore.measure.cache import DecisionCache, Entry, Measured
 from batchscore.measure.settle import machine_key
 from batchscore.models.locate import locate, model_identity
-from batchscore.pipeline.driver import run_job
-from batchscore.pipeline.estimate import plan
 from batchscore.precision.table import available
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.estimate import plan
 from tests.conftest import record_of, write_job
 from tests.models import tiny
 from tests.reliability import make_job

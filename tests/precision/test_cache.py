@@ -22,10 +22,10 @@ from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache
 from batchscore.measure.gate import Trial
 from batchscore.measure.settle import machine_key
 from batchscore.models.locate import locate, model_identity
-from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.int8_linear import int8_available
 from batchscore.precision.table import available
+from batchscore.recipes.driver import run_job
 from tests.conftest import write_job
 from tests.models import tiny
 from tests.models.test_tensor import FEATURES, tabular_shards

@@ -22,10 +22,10 @@ from batchscore.measure.auto import choose_auto
 from batchscore.measure.gate import judge, trial
 from batchscore.measure.settle import machine_key
 from batchscore.models.locate import locate
-from batchscore.pipeline.driver import run_job
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.table import available
+from batchscore.recipes.driver import run_job
 from tests.conftest import read_output, record_of
 from tests.reliability import make_job
 

@@ -20,9 +20,9 @@ from batchscore.errors import JobError, ModelError, OutputConflictError
 from batchscore.job.load import load_job
 from batchscore.job.sections import ModelConfig
 from batchscore.measure.budget import Shape, probe, shape_budget
-from batchscore.pipeline.driver import run_job
-from batchscore.pipeline.preflight import preflight
 from batchscore.precision.table import available, bf16_native
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.preflight import preflight
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 from tests.reliability import make_job

@@ -20,7 +20,7 @@ from batchscore.job.load import load_job
 from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.lock import hold_lock
-from batchscore.pipeline.driver import run_job
+from batchscore.recipes.driver import run_job
 from batchscore.storage import open_store
 from batchscore.storage.fs import filesystem
 from batchscore.storage.local import LocalStore

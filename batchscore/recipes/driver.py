@@ -1,8 +1,8 @@
 """The driver: the recipe that wires the stages for one job, explicitly.
 
-    reader thread:  chunk rows -> where -> task.encode -> batches     (stages.windows, ahead)
-    model thread:   batches -> model -> output rows in input order     (scoring.Scorer)
-    writer thread:  rows -> temp Parquet -> publish -> commit record   (output.committer, behind)
+    reader thread:  chunk rows -> where -> task.encode -> batches  (pipeline.stages.windows, ahead)
+    model thread:   batches -> model -> output rows in input order  (pipeline.scoring.Scorer)
+    writer thread:  rows -> temp Parquet -> publish -> commit record  (output.committer, behind)
 
 The middle stage is the engine's (`batchscore.engines`): this process, or model actors on a
 Ray cluster that score whole chunks; deciding the pending work and committing stay here.
@@ -40,8 +40,8 @@ from batchscore.output.contents import file_metadata, output_schema
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending, pending_work
 from batchscore.output.verdict import bad_share_error, mark_complete
-from batchscore.pipeline.run import Run
 from batchscore.precision.table import check_precision
+from batchscore.recipes.run import Run
 from batchscore.runtime.device import device_reason, resolve_device, torch_threads
 from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry

@@ -15,7 +15,7 @@ from batchscore.job.sections import Job
 from batchscore.observe.metrics import write_metrics
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.pipeline.heap import Frozen
+from batchscore.recipes.heap import Frozen
 from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry
 from batchscore.version import __version__

@@ -9,7 +9,7 @@ from batchscore.errors import JobError
 from batchscore.job.sections import Job
 from batchscore.observe.figures import page_numbers, pick_run
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.status import job_status
+from batchscore.recipes.status import job_status
 
 
 def report_numbers(job: Job) -> dict[str, Any]:

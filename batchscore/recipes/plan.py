@@ -6,7 +6,7 @@ the run's own reader and `where`, then the task's own encoding, built without it
 tokens, batches and padding are what the run will meet. Above `sample_rows` rows to score,
 only a seeded random sample of rows is tokenized: the token total is then an estimate with a
 95% interval, and padding is measured by running the sampler on windows drawn from the sampled
-lengths. The time estimate is `pipeline.estimate`'s.
+lengths. The time estimate is `batchscore.recipes.estimate`'s.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def count(
 ) -> Counts:
     """Read every pending row (the run's reader and `where`); tokenize all of them, or with
     ``fraction`` < 1 a seeded random sample of them. Keep a random ``timing`` share of the
-    rows too: rows like the run's, for the timed sample (`pipeline.estimate`)."""
+    rows too: rows like the run's, for the timed sample (`batchscore.recipes.estimate`)."""
     counts = Counts()
     rng, pick = np.random.default_rng(SEED), np.random.default_rng(SEED + 1)
     if fraction >= 1:  # every row, through the run's own windows: the run's very batches

@@ -37,10 +37,10 @@ from batchscore.models.locate import locate, model_identity
 from batchscore.models.tasks import generates
 from batchscore.observe.phases import describe
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.pipeline.plan import SAMPLE_ROWS, plan_job
 from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import batches
 from batchscore.precision.table import available, check_precision, precision
+from batchscore.recipes.plan import SAMPLE_ROWS, plan_job
 from batchscore.runtime.device import resolve_device
 from batchscore.runtime.executor import Executor
 
