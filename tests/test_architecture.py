@@ -1,4 +1,5 @@
-"""The house rules the tree keeps: data flows one way, no hidden imports, small modules.
+"""The house rules the tree keeps: the rooms form a stack, data flows one way, no hidden
+imports, small modules.
 
 Read from the source with `ast`, so the check covers imports inside functions too (the usual
 way a cycle is hidden) and needs nothing imported.
@@ -19,6 +20,33 @@ PACKAGE = Path(__file__).resolve().parents[1] / "batchscore"
 # dodged, not a cost saved.
 LAZY_ALLOWED = {"batchscore.cli", "batchscore"}
 MAX_LINES = 400  # a module past this is a question to ask (STYLE.md), not a number to squeeze under
+# The stack, top to bottom (README's "How it is built" draws it): a module imports modules of its
+# own room or of rooms ranked below it, never above, lazy imports included. A room is a
+# sub-package, or a module at the top of batchscore/ ("batchscore" is the package root).
+RANKS = {
+    "__main__": 14,  # `python -m batchscore`
+    "batchscore": 14,  # the package root: the Python API, imported on first use
+    "cli": 13,  # the command line
+    "api": 13,  # the Python API: run, score
+    "exits": 12,  # errors, Ctrl-C and SIGTERM as messages and exit statuses
+    "frames": 12,  # Arrow, polars and pandas frames in and out of score
+    "recipes": 11,  # one per command: driver + run, plan + estimate, preflight, status, history
+    "engines": 10,  # where the model runs: this process, or Ray actors
+    "measure": 9,  # what a job leaves to measurement: gate, auto, budget, load, cache, settle
+    "pipeline": 8,  # the stages: reader, windows and batches, scoring, assembled rows
+    "models": 7,  # the task table, its adapters and the fingerprint
+    "runtime": 6,  # device, executor, packed weights, the native BERT and its OpenVINO build
+    "precision": 5,  # the precision table and int8's transform
+    "output": 4,  # the output folder contract: pending work, commits, claim, the committer
+    "work": 3,  # the units of work every room shares, and the input shards
+    "storage": 2,  # where an output folder lives, and every name in it
+    "job": 1,  # the job file
+    "observe": 1,  # counters, progress, logs, metrics, the report page
+    "errors": 0,  # what every room may use: the error root, fault hooks, the version, threads
+    "faults": 0,
+    "version": 0,
+    "threads": 0,
+}
 
 
 def module_name(path: Path) -> str:
@@ -80,6 +108,25 @@ def find_cycle() -> list[str] | None:
     return None
 
 
+def room(name: str) -> str:
+    """The room a module belongs to: its sub-package, or the module itself at the top."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_import_points_down_the_stack(name: str):
+    """Lazy imports included: the front doors' are for cost, never to reach up."""
+    here = room(name)
+    assert here in RANKS, f"{here} has no place in the stack (RANKS)"
+    up = [
+        target
+        for target, _ in imports(name)
+        if target in MODULES and room(target) != here and RANKS[room(target)] >= RANKS[here]
+    ]
+    assert not up, f"{name} ({here}, rank {RANKS[here]}) imports {up}, which are not below it"
+
+
 def test_data_flows_one_way():
     """No module imports one that (directly or not) imports it back."""
     cycle = find_cycle()
@@ -99,11 +146,14 @@ def test_modules_stay_small(name: str):
 
 
 def test_the_tree_names_the_rooms():
-    """Every room the README's "How it is built" describes is a package here, and vice versa."""
+    """Every room the README's "How it is built" describes is a package here, and vice versa,
+    and the README draws them in the stack's order, top to bottom."""
     rooms = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    assert rooms == {"job", "pipeline", "output", "precision", "models", "engines", "storage",
-                     "observe", "work", "runtime", "measure", "recipes"}  # fmt: skip
+    assert rooms == {name for name in RANKS if (PACKAGE / name).is_dir()}
     readme = (PACKAGE.parent / "README.md").read_text()
     section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
-    for room in rooms:
-        assert f"{room}/" in section, f"README's 'How it is built' does not describe {room}/"
+    for name in rooms:
+        assert f"\n  {name}/" in section, f"README's 'How it is built' does not describe {name}/"
+    drawn = sorted(rooms, key=lambda name: section.index(f"\n  {name}/"))
+    ranks = [RANKS[name] for name in drawn]
+    assert ranks == sorted(ranks, reverse=True), f"README draws another stack: {drawn}"
