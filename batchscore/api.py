@@ -48,6 +48,7 @@ from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
 from batchscore.recipes.driver import run_job
 from batchscore.runtime.executor import Executor
+from batchscore.work.row_errors import error_fields, with_errors
 from batchscore.work.shards import check_columns
 
 __all__ = ["RunReport", "run", "score"]
@@ -164,7 +165,7 @@ def score_frame(frame: Frame, job: Job, progress: str = "off") -> Any:
         raise InputDataError(f"{MEMORY}: row {row}, {message}")
     ready = load(job, table)
     written = [f.name for f in ready.task.columns]
-    written += ["error"] if job.output.on_error == "skip" else []
+    written += [f.name for f in error_fields(job.output.on_error)]
     clash = [theirs for _, theirs in clashes(written, frame.names)]  # case aside, as DuckDB
     if clash:
         raise JobError(
@@ -177,19 +178,8 @@ def score_frame(frame: Frame, job: Job, progress: str = "off") -> Any:
         settled, table, task=ready.task, executor=ready.executor,
         progress=Progress(table.num_rows, progress, delay_s=SAY_AFTER_S), known=known,
     )  # fmt: skip
+    # a cell that was not text (read as null) says what was wrong with it, not "text is null"
     return frame.with_columns(with_errors(scored, read.bad))
-
-
-def with_errors(scored: pa.Table, bad: dict[int, str]) -> pa.Table:
-    """``scored`` with each of ``bad``'s rows (a cell that was not text, read as null) carrying
-    what was wrong with it rather than "text is null"."""
-    if not bad:
-        return scored
-    errors = scored.column("error").to_pylist()
-    for row, message in bad.items():
-        errors[row] = message
-    where = scored.schema.get_field_index("error")
-    return scored.set_column(where, "error", pa.array(errors, pa.string()))
 
 
 def data_job(

@@ -24,6 +24,7 @@ from batchscore.models.stack import read_stack
 from batchscore.models.summarize import SummarizeTask
 from batchscore.models.tensor import TensorTask, check_tensor_model
 from batchscore.runtime.executor import Executor
+from batchscore.work.row_errors import error_fields
 
 TASKS: dict[str, type] = {
     "embed": EmbedTask,
@@ -44,8 +45,7 @@ def check_outputs(job: Job) -> None:
     skipped rows carry) would make a file with two fields of one name: a job error. So would
     one that differs from it only in case, for DuckDB, Spark and Hive (`batchscore.job.columns`)."""
     names = set(TASKS[job.model.task].output_names(job.task))
-    if job.output.on_error == "skip":
-        names.add("error")
+    names.update(f.name for f in error_fields(job.output.on_error))
     found = clashes(job.input.carried, names)
     if found:
         column, output = found[0]

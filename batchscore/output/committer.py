@@ -20,7 +20,6 @@ A chunk is complete when its windows have covered all of its input rows; with an
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +36,7 @@ from batchscore.output.verdict import bad_share_error
 from batchscore.output.writer import ChunkWriter
 from batchscore.storage.layout import part_name, rejected_name
 from batchscore.threads import available_cores, in_shares
+from batchscore.work.row_errors import rejected_lines
 from batchscore.work.units import Chunk, Scored
 
 GROUP = 128  # chunks committed together at most: bounds what one crash leaves to sweep
@@ -165,8 +165,7 @@ class Committer:
         for staged in group:
             bad[staged.chunk.key] = sum(t.num_rows for t in staged.rejected)
             if bad[staged.chunk.key]:
-                listing = pa.concat_tables(staged.rejected).to_pylist()
-                lines = "".join(json.dumps(row, default=str) + "\n" for row in listing)
+                lines = rejected_lines(staged.rejected)
                 self.ckpt.store.write_text(rejected_name(staged.chunk.key), lines)
         records = [record(s.chunk, s.facts, bad[s.chunk.key]) for s in group]
         self.ckpt.commit(records)

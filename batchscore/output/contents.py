@@ -9,6 +9,7 @@ import pyarrow as pa
 from batchscore.job.sections import Job
 from batchscore.version import __version__
 from batchscore.work.columns import canonical_schema
+from batchscore.work.row_errors import error_fields
 
 
 def output_schema(job: Job, carried: pa.Schema, task_columns: list[pa.Field]) -> pa.Schema:
@@ -19,10 +20,9 @@ def output_schema(job: Job, carried: pa.Schema, task_columns: list[pa.Field]) ->
     by pyarrow, polars and pandas then share their data files' schema, and a run that meets its
     shards in another order (the first one failed, say) writes the same one.
     """
-    fields = [*canonical_schema(carried), *task_columns]
-    if job.output.on_error == "skip":
-        fields.append(pa.field("error", pa.string()))
-    return pa.schema(fields)
+    return pa.schema(
+        [*canonical_schema(carried), *task_columns, *error_fields(job.output.on_error)]
+    )
 
 
 def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from batchscore.work.row_errors import FIELD, error_column
+
 
 def assemble(
     table: pa.Table,
@@ -41,7 +43,5 @@ def assemble(
             values = columns[f.name] if in_place else columns[f.name].take(take)
         out = out.append_column(f, values)
     if with_error_column:
-        messages = [errors.get(i) for i in range(n)]
-        error = pa.array(messages, pa.string()) if errors else pa.nulls(n, pa.string())
-        out = out.append_column(pa.field("error", pa.string()), error)
+        out = out.append_column(FIELD, error_column(errors, n))
     return out

@@ -19,6 +19,7 @@ from batchscore.pipeline.known import Known
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import encode_window
 from batchscore.runtime.executor import Executor
+from batchscore.work.row_errors import error_fields
 from batchscore.work.units import Chunk, Rows, Scored, Shard, Window
 
 MEMORY = "the data"  # how messages name the in-memory input: "the data: row 3, column 'text'"
@@ -61,8 +62,6 @@ def score_table(
             raise one.error
         parts.append(one.table)
     if not parts:
-        fields = list(task.columns)
-        if job.output.on_error == "skip":
-            fields.append(pa.field("error", pa.string()))
+        fields = [*task.columns, *error_fields(job.output.on_error)]
         return pa.schema(fields).empty_table(), stats
     return pa.concat_tables(parts), stats

@@ -29,6 +29,7 @@ from batchscore.pipeline.stages import batches, windows
 from batchscore.pipeline.static import Budget, Outcome, Ran, run_window
 from batchscore.runtime.device import is_out_of_memory
 from batchscore.runtime.executor import Executor
+from batchscore.work.row_errors import rejected
 from batchscore.work.units import Chunk, Part, Scored, Window
 
 log = logging.getLogger("batchscore")
@@ -148,14 +149,10 @@ class Scorer:
         if not errors:
             return None
         rows = sorted(errors)
-        listing = {
-            "shard": [part.chunk.shard.path] * len(rows),
-            "row": [part.rows.shard_row(r - part.start) for r in rows],
-        }
-        if self.job.input.id:
-            listing["id"] = window.table.column(self.job.input.id).take(rows)
-        listing["error"] = [errors[r] for r in rows]
-        return pa.table(listing)
+        shard_rows = [part.rows.shard_row(r - part.start) for r in rows]
+        column = self.job.input.id
+        ids = window.table.column(column).take(rows) if column else None
+        return rejected(part.chunk.shard.path, shard_rows, [errors[r] for r in rows], ids)
 
 
 def score_chunk(job: Job, chunk: Chunk, scorer: Scorer) -> list[Scored]:

@@ -174,6 +174,6 @@ class Scored:
 
     chunk: Chunk
     table: pa.Table | None = None
-    rejected: pa.Table | None = None  # shard, row, error of rows recorded with an error
+    rejected: pa.Table | None = None  # its rows recorded with an error (`row_errors.rejected`)
     error: InputDataError | None = None
     read: int | None = None  # input rows the window covers before `where`; None: table's rows
