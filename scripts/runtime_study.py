@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from batchscore.errors import ModelError
-from batchscore.job.runtimes import ON_OPENVINO
+from batchscore.job.runtimes import OPENVINO
 from batchscore.job.sections import ModelConfig
 from batchscore.models.locate import locate
 from batchscore.models.pooling import pool
@@ -56,7 +56,7 @@ def main() -> None:
     batches = [tuple(map(torch.from_numpy, text.collate([ids[i] for i in b]))) for b in cut]
     padded = sum(int(x.numel()) for x, _ in batches)
 
-    precisions = [p for p in ON_OPENVINO if p in available(torch.device("cpu"))]
+    precisions = [p for p in OPENVINO.precisions if p in available(torch.device("cpu"))]
     models: dict[tuple[str, str], torch.nn.Module] = {}
     for name in precisions:
         eager = load_bert(path, read_shape(path)).eval().requires_grad_(False)

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from batchscore.errors import BookkeepingError, OutputConflictError
-from batchscore.job.runtimes import ON_OPENVINO, openvino_wanted
+from batchscore.job.runtimes import OPENVINO, openvino_wanted
 from batchscore.job.sections import Job
 from batchscore.measure.auto import choose_auto, measured
 from batchscore.measure.budget import choose_budget
@@ -159,7 +159,7 @@ def machine_key(job: Job, model_files: str) -> str:
     part of it where it runs (a decision timed with bf16 on torch is not bf16 on OpenVINO's)."""
     device = resolve_device(job.model.device)
     cpu = device.type == "cpu"
-    ported = [name for name in ON_OPENVINO if openvino_wanted(job.model, cpu=cpu, precision=name)]
+    ported = [p for p in OPENVINO.precisions if openvino_wanted(job.model, cpu=cpu, precision=p)]
     runtime = f"openvino {version('openvino')} ({', '.join(ported)})" if ported else ""
     return cache_key(
         model_files=model_files, task=job.model.task, max_length=job.model.max_length,

@@ -15,7 +15,7 @@ import torch
 from batchscore.errors import JobError, ModelError
 from batchscore.job import runtimes
 from batchscore.job.load import load_job
-from batchscore.job.runtimes import ON_OPENVINO, openvino_missing
+from batchscore.job.runtimes import RUNTIMES, openvino_missing
 from batchscore.job.sections import ModelConfig
 from batchscore.models.embed import Embedder, StackText
 from batchscore.models.fingerprint import fingerprint_parts
@@ -102,7 +102,7 @@ def test_fp32_bf16_and_int8_cpu_loads_go_to_openvino(runtime, monkeypatch):
     wanted = {p: runtimes.openvino_wanted(model, cpu=True, precision=p)
               for p in ("fp32", "bf16", "fp16", "int8")}  # fmt: skip
     assert wanted == {"fp32": True, "bf16": True, "fp16": False, "int8": True}
-    assert set(ON_OPENVINO) == {"fp32", "bf16", "int8"}
+    assert set(RUNTIMES["openvino"].precisions) == {"fp32", "bf16", "int8"}
     assert not runtimes.openvino_wanted(model, cpu=False, precision="fp32")
     compiled = dataclasses.replace(model, compile=True)
     assert not runtimes.openvino_wanted(compiled, cpu=True, precision="fp32")
