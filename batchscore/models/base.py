@@ -11,13 +11,15 @@ scorings of the same rows (the quality gate's measure).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from batchscore.job.sections import QualityConfig
+from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig
 from batchscore.models.agreement import Agreement, Columns
+from batchscore.models.locate import check_model_files
 from batchscore.work.units import Encoded
 
 
@@ -48,6 +50,49 @@ class Task(Encoding, Protocol):
     def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
         """How far ``candidate`` outputs (another precision's) are from fp32's ``reference``."""
         ...
+
+
+class Adapter:
+    """An entry of the task table (`batchscore.models.tasks`): everything that sets a task
+    apart, declared by its adapter class before any model is loaded. Each adapter declares its
+    encoding (`encoding_type`, the weight-free part `batchscore plan` loads), the input columns
+    it reads and their kinds, its output columns' names (once: its `columns` are built from
+    them), how its model's files are checked, what of the model besides its files decides the
+    output (the fingerprint's parts) and whether it generates text. The defaults here are a
+    plain model folder's."""
+
+    encoding_type: type
+
+    @staticmethod
+    def input_kinds(inp: InputConfig, options: Any) -> dict[str, str]:
+        """The input columns the task reads, each with its kind ("text" or "numeric")."""
+        raise NotImplementedError
+
+    @classmethod
+    def output_names(cls, options: Any) -> tuple[str, ...]:
+        """The task's output columns, in order, under these options."""
+        raise NotImplementedError
+
+    @classmethod
+    def check_files(cls, path: Path, options: Any, *, allow_pickle: bool) -> None:
+        """Check the model's files are there and loadable, without loading weights."""
+        check_model_files(path, allow_pickle)
+
+    @classmethod
+    def fingerprint_parts(cls, model: ModelConfig, path: Path, options: Any) -> dict[str, Any]:
+        """What decides the output besides the model's files and the job's keys; each part only
+        when it is there, so outputs made before batchscore read it still resume."""
+        return {}
+
+    @classmethod
+    def generates(cls, model: ModelConfig, path: Path) -> bool:
+        """Whether its outputs are generated text (tokens, not numbers to compare)."""
+        return False
+
+
+def fields(names: tuple[str, ...], types: dict[str, pa.DataType]) -> list[pa.Field]:
+    """Output columns of these ``names`` (an adapter's `output_names`), typed by ``types``."""
+    return [pa.field(name, types[name]) for name in names]
 
 
 # Characters that carry no text: whitespace, controls (NUL), and the invisible format characters

@@ -19,7 +19,7 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import pair_rows, text_rows
+from batchscore.models.base import Adapter, fields, pair_rows, text_rows
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.locate import load_pretrained
 from batchscore.models.text import TextEncoder
@@ -67,7 +67,7 @@ class ClassifyEncoding:
         return tokens.encoded(rows, errors)
 
 
-class ClassifyTask:
+class ClassifyTask(Adapter):
     """classify: `label` (string) and `score` (float32), plus `scores` with ``all_scores``."""
 
     encoding_type = ClassifyEncoding  # the weight-free part (`models.tasks.encoding` builds it)
@@ -76,8 +76,8 @@ class ClassifyTask:
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
         return {inp.text: "text", **({inp.text_pair: "text"} if inp.text_pair else {})}
 
-    @staticmethod
-    def output_names(options: ClassifyConfig) -> tuple[str, ...]:
+    @classmethod
+    def output_names(cls, options: ClassifyConfig) -> tuple[str, ...]:
         return ("label", "score", "scores") if options.all_scores else ("label", "score")
 
     def __init__(
@@ -98,9 +98,9 @@ class ClassifyTask:
         self.labels = np.array([config.id2label[i] for i in range(config.num_labels)], object)
         self.multi_label = config.problem_type == "multi_label_classification"
         self.all_scores = options.all_scores
-        self.columns = [pa.field("label", pa.string()), pa.field("score", pa.float32())]
-        if self.all_scores:
-            self.columns.append(pa.field("scores", pa.list_(pa.float32(), len(self.labels))))
+        scores = pa.list_(pa.float32(), len(self.labels))
+        types = {"label": pa.string(), "score": pa.float32(), "scores": scores}
+        self.columns = fields(self.output_names(options), types)
 
     def encode(self, table: pa.Table) -> Encoded:
         return self.encoding.encode(table)

@@ -21,7 +21,7 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import text_rows
+from batchscore.models.base import Adapter, fields, text_rows
 from batchscore.models.encoder import SentenceEncoder, dense_weights
 from batchscore.models.locate import check_model_files, load_pretrained
 from batchscore.models.stack import Dense, read_stack
@@ -41,6 +41,30 @@ def check_encoder_files(path: Path, *, prompt_name: str | None, allow_pickle: bo
         if isinstance(step, Dense):
             dense_weights(step, allow_pickle)
     stack.prompt(prompt_name)
+
+
+def check_stack_files(path: Path, options: object, *, allow_pickle: bool) -> None:
+    """An encoder's whole stack when its model is a folder (`check_encoder_files`, with the
+    job's prompt name), else its one file."""
+    if path.is_dir():
+        prompt = getattr(options, "prompt_name", None)
+        check_encoder_files(path, prompt_name=prompt, allow_pickle=allow_pickle)
+    else:
+        check_model_files(path, allow_pickle)
+
+
+def stack_parts(path: Path, options: object) -> dict[str, str]:
+    """An encoder stack's parts of the fingerprint: the stack, when it is more than one pooling
+    and a Normalize (or the job turns its Normalize off), and the prompt it is given."""
+    if not path.is_dir():
+        return {}
+    parts = {}
+    stack = read_stack(path)
+    if not stack.plain or (stack.normalize and not getattr(options, "normalize", True)):
+        parts["stack"] = stack.describe()
+    if prompt := stack.prompt(getattr(options, "prompt_name", None)):
+        parts["prompt"] = prompt
+    return parts
 
 
 def load_transformer(path: Path, model: ModelConfig, executor: Executor) -> nn.Module:
@@ -138,7 +162,7 @@ class Embedder:
         return out.astype(np.float32, copy=False)
 
 
-class EmbedTask:
+class EmbedTask(Adapter):
     """embed: one `embedding` (fixed_size_list<float32>[dim]) per row."""
 
     encoding_type = EmbedEncoding  # the weight-free part (`models.tasks.encoding` builds it)
@@ -147,9 +171,17 @@ class EmbedTask:
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
         return {inp.text: "text"}
 
-    @staticmethod
-    def output_names(options: object) -> tuple[str, ...]:
+    @classmethod
+    def output_names(cls, options: object) -> tuple[str, ...]:
         return ("embedding",)
+
+    @classmethod
+    def check_files(cls, path: Path, options: object, *, allow_pickle: bool) -> None:
+        check_stack_files(path, options, allow_pickle=allow_pickle)
+
+    @classmethod
+    def fingerprint_parts(cls, model: ModelConfig, path: Path, options: object) -> dict[str, str]:
+        return stack_parts(path, options)
 
     def __init__(
         self,
@@ -163,7 +195,8 @@ class EmbedTask:
         self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
         self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
         self.embedder = Embedder(self.encoding.text, model, executor, normalize=options.normalize)
-        self.columns = [pa.field("embedding", pa.list_(pa.float32(), self.embedder.dim))]
+        vector = pa.list_(pa.float32(), self.embedder.dim)
+        self.columns = fields(self.output_names(options), {"embedding": vector})
 
     def encode(self, table: pa.Table) -> Encoded:
         return self.encoding.encode(table)

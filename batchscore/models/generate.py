@@ -20,6 +20,7 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
+from batchscore.models.base import Adapter, fields
 from batchscore.models.decode import (
     Decoding,
     Picker,
@@ -178,7 +179,7 @@ class Generator:
         return reasons
 
 
-class GenerateTask:
+class GenerateTask(Adapter):
     """generate: `generated` (string), `prompt_tokens`, `generated_tokens`, `finish_reason`."""
 
     encoding_type = PromptEncoding  # the weight-free part (`models.tasks.encoding` builds it)
@@ -188,9 +189,13 @@ class GenerateTask:
     def input_kinds(inp: InputConfig, options: Any) -> dict[str, str]:
         return {c: "text" for c in Prompt(options.prompt, inp.text).columns}
 
-    @staticmethod
-    def output_names(options: object) -> tuple[str, ...]:
-        return ("generated", "prompt_tokens", "generated_tokens", "finish_reason")
+    @classmethod
+    def output_names(cls, options: object) -> tuple[str, ...]:
+        return (cls.column, "prompt_tokens", "generated_tokens", "finish_reason")
+
+    @classmethod
+    def generates(cls, model: ModelConfig, path: Path) -> bool:
+        return True
 
     def __init__(
         self,
@@ -206,12 +211,13 @@ class GenerateTask:
         self.generator = Generator(
             self.encoding, model=model, executor=executor, decoding=Decoding.of(options)
         )
-        self.columns = [
-            pa.field(self.column, pa.string()),
-            pa.field("prompt_tokens", pa.int32()),
-            pa.field("generated_tokens", pa.int32()),
-            pa.field("finish_reason", pa.string()),
-        ]
+        types = {
+            self.column: pa.string(),
+            "prompt_tokens": pa.int32(),
+            "generated_tokens": pa.int32(),
+            "finish_reason": pa.string(),
+        }
+        self.columns = fields(self.output_names(options), types)
 
     def encode(self, table: pa.Table) -> Encoded:
         return self.encoding.encode(table)
@@ -260,9 +266,9 @@ class AbstractiveSummarizeTask(GenerateTask):
 
     column = "summary"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.columns = self.columns[:1]
+    @classmethod
+    def output_names(cls, options: object) -> tuple[str, ...]:
+        return (cls.column,)
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         return {self.column: super().finish(encoded, results)[self.column]}

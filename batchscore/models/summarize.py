@@ -21,8 +21,9 @@ import pyarrow as pa
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, SummarizeConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import text_rows
-from batchscore.models.embed import Embedder, StackText
+from batchscore.models.base import Adapter, fields, text_rows
+from batchscore.models.embed import Embedder, StackText, check_stack_files, stack_parts
+from batchscore.models.generate import is_generative
 from batchscore.models.prompt import Prompt
 from batchscore.models.sentences import summary_sentences
 from batchscore.runtime.executor import Executor
@@ -84,8 +85,9 @@ class SentencesEncoding:
         return encoded
 
 
-class SummarizeTask:
-    """summarize: one extractive `summary` (string) per row."""
+class SummarizeTask(Adapter):
+    """summarize: one extractive `summary` (string) per row; with a generative model,
+    `AbstractiveSummarizeTask`'s (`batchscore.models.tasks.adapter` tells them apart)."""
 
     encoding_type = SentencesEncoding  # the weight-free part (`models.tasks.encoding` builds it)
 
@@ -94,9 +96,22 @@ class SummarizeTask:
         """The text column; or a generative model's prompt columns, when a prompt is set."""
         return {c: "text" for c in Prompt(options.prompt, inp.text).columns}
 
-    @staticmethod
-    def output_names(options: object) -> tuple[str, ...]:
+    @classmethod
+    def output_names(cls, options: object) -> tuple[str, ...]:
         return ("summary",)
+
+    @classmethod
+    def check_files(cls, path: Path, options: object, *, allow_pickle: bool) -> None:
+        check_stack_files(path, options, allow_pickle=allow_pickle)
+
+    @classmethod
+    def fingerprint_parts(cls, model: ModelConfig, path: Path, options: object) -> dict[str, str]:
+        return {} if cls.generates(model, path) else stack_parts(path, options)
+
+    @classmethod
+    def generates(cls, model: ModelConfig, path: Path) -> bool:
+        """Whether the model generates its summaries: told by its config, never its name."""
+        return is_generative(path, model.trust_remote_code)
 
     def __init__(
         self,
@@ -111,7 +126,7 @@ class SummarizeTask:
         self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
         self.embedder = Embedder(self.encoding.text, model, executor, normalize=True)
         self.options = options
-        self.columns = [pa.field("summary", pa.string())]
+        self.columns = fields(self.output_names(options), {"summary": pa.string()})
 
     def encode(self, table: pa.Table) -> Encoded:
         return self.encoding.encode(table)

@@ -1,5 +1,9 @@
 """Task adapters, in one table keyed by `[model].task`; see `batchscore.models.base`.
 
+Each entry is an adapter class (`Adapter`) that declares everything that sets its task apart:
+its input columns and their kinds, its output columns, how its model's files are checked, its
+parts of the fingerprint, whether it generates text. The functions here only look them up.
+
 One task has two adapters: `summarize` is extractive over an encoder (the built-in MiniLM) and
 abstractive over a generative model, told apart by the model's config, never by its name. Each
 adapter names its `encoding_type`, the weight-free part its `encode` runs: `encoding` builds
@@ -15,18 +19,16 @@ from typing import Any
 from batchscore.errors import JobError, ModelError
 from batchscore.job.columns import clashes
 from batchscore.job.sections import InputConfig, Job, ModelConfig
-from batchscore.models.base import Encoding, Task
+from batchscore.models.base import Adapter, Encoding, Task
 from batchscore.models.classify import ClassifyTask
-from batchscore.models.embed import EmbedTask, check_encoder_files
+from batchscore.models.embed import EmbedTask
 from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask, is_generative
-from batchscore.models.locate import check_model_files
-from batchscore.models.stack import read_stack
 from batchscore.models.summarize import SummarizeTask
-from batchscore.models.tensor import TensorTask, check_tensor_model
+from batchscore.models.tensor import TensorTask
 from batchscore.runtime.executor import Executor
 from batchscore.work.row_errors import error_fields
 
-TASKS: dict[str, type] = {
+TASKS: dict[str, type[Adapter]] = {
     "embed": EmbedTask,
     "classify": ClassifyTask,
     "generate": GenerateTask,
@@ -64,13 +66,7 @@ def check_outputs(job: Job) -> None:
 
 def check_model(task: str, path: Path, *, options: Any, allow_pickle: bool = False) -> None:
     """Check the model's files are there and in a loadable format, without loading weights."""
-    if task == "tensor":
-        check_tensor_model(path, options)
-    elif task in ("embed", "summarize") and path.is_dir():  # an encoder's whole stack
-        prompt = getattr(options, "prompt_name", None)
-        check_encoder_files(path, prompt_name=prompt, allow_pickle=allow_pickle)
-    else:
-        check_model_files(path, allow_pickle)
+    TASKS[task].check_files(path, options, allow_pickle=allow_pickle)
 
 
 def task_options(options: Any) -> dict[str, Any]:
@@ -81,28 +77,19 @@ def task_options(options: Any) -> dict[str, Any]:
 
 def model_parts(model: ModelConfig, path: Path, options: Any) -> dict[str, Any]:
     """What decides the output besides the model's files: the revision, how long texts are
-    read, an encoder's stack and prompt. Each is recorded only when it is there (a stack only
-    when it is more than one pooling and a Normalize), so outputs made before batchscore read
-    them still resume."""
+    read, and the task's own parts (an encoder's stack and prompt). Each is recorded only when
+    it is there, so outputs made before batchscore read them still resume."""
     parts: dict[str, Any] = {}
     if model.revision is not None:
         parts["revision"] = model.revision
     if model.long_text != "truncate":
         parts["long_text"] = model.long_text
-    if model.task in ("embed", "summarize") and path.is_dir() and not generates(model, path):
-        stack = read_stack(path)
-        if not stack.plain or (stack.normalize and not getattr(options, "normalize", True)):
-            parts["stack"] = stack.describe()
-        if prompt := stack.prompt(getattr(options, "prompt_name", None)):
-            parts["prompt"] = prompt
-    return parts
+    return {**parts, **TASKS[model.task].fingerprint_parts(model, path, options)}
 
 
 def generates(model: ModelConfig, path: Path) -> bool:
     """Whether the job's task generates text (its outputs are tokens, not numbers to compare)."""
-    if model.task == "summarize":
-        return is_generative(path, model.trust_remote_code)
-    return model.task == "generate"
+    return TASKS[model.task].generates(model, path)
 
 
 def adapter(path: Path, *, model: ModelConfig, options: Any) -> type:

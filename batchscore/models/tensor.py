@@ -17,6 +17,7 @@ from batchscore.errors import BatchscoreError, ModelError
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, TensorConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
+from batchscore.models.base import Adapter, fields
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.factories import BUILTIN, find_factory, registered
 from batchscore.models.features import feature_matrix, is_list
@@ -90,7 +91,7 @@ class FeatureEncoding:
         return Encoded(ones, np.arange(n, dtype=np.int64), rows, errors, extra={"x": matrix})
 
 
-class TensorTask:
+class TensorTask(Adapter):
     """tensor: `prediction` (int64 class or float32 value) and `scores` (the raw output row)."""
 
     encoding_type = FeatureEncoding  # the weight-free part (`models.tasks.encoding` builds it)
@@ -99,9 +100,13 @@ class TensorTask:
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
         return {c: "numeric" for c in inp.features}
 
-    @staticmethod
-    def output_names(options: object) -> tuple[str, ...]:
+    @classmethod
+    def output_names(cls, options: object) -> tuple[str, ...]:
         return ("prediction", "scores")
+
+    @classmethod
+    def check_files(cls, path: Path, options: TensorConfig, *, allow_pickle: bool) -> None:
+        check_tensor_model(path, options)  # a file of its own formats (`formats`)
 
     def __init__(
         self,
@@ -120,7 +125,7 @@ class TensorTask:
         kind = pa.float32() if self.value else pa.int64()
         self.width = self.output_width(input_width(inp, options))
         scores = pa.list_(pa.float32(), self.width) if self.width else pa.list_(pa.float32())
-        self.columns = [pa.field("prediction", kind), pa.field("scores", scores)]
+        self.columns = fields(self.output_names(options), {"prediction": kind, "scores": scores})
 
     def output_width(self, features: int | None) -> int | None:
         """How many numbers the model returns per row, from one row of zeros, so `scores` is
