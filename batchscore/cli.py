@@ -212,7 +212,7 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
     path = locate(loaded.model)
     cache = DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir))
     files = model_identity(path)
-    decision, passed, before = check_quality(
+    chosen, passed, before = check_quality(
         loaded, path, cache=cache, model_files=files, refresh=refresh
     )
     if before is not None:
@@ -224,9 +224,9 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
         for name, why in before.unusable.items():
             click.echo(f"  {name}: cannot run this model ({why})")
         click.echo("measured now:")
-    for line in decision.get("trials", []):
+    for line in chosen.trials:
         click.echo(f"  {line}")
-    click.echo(f"{job}: precision {decision['precision']}: {decision['why']}")
+    click.echo(f"{job}: precision {chosen.precision}: {chosen.why}")
     if export:
         kept = cache.export(machine_key(loaded, files), Path(export))
         click.echo(f"{export}: {', '.join(kept.measured) or 'fp32 only'} for this model here")

@@ -28,6 +28,7 @@ from batchscore.measure.cache import Measured
 from batchscore.measure.gate import Trial, judge, trial
 from batchscore.measure.load import CALIBRATION_PASSES, trial_budget
 from batchscore.models.tasks import generates
+from batchscore.output.settled import Chosen
 from batchscore.precision.table import available, precision
 from batchscore.runtime.device import resolve_device
 
@@ -49,7 +50,7 @@ class Auto:
     """What "auto" chose and what it learned on the way."""
 
     chosen: Trial  # its model and its results for the sample are the run's
-    record: dict[str, Any]  # the decision, as the output folder records it
+    record: Chosen  # the precision chosen, as the output folder records it
     measured: dict[str, Measured]  # every precision tried, for the cache
     unusable: dict[str, str]  # precisions this model cannot run at all, and why
 
@@ -186,12 +187,14 @@ def choose_auto(
         f"for {left_rows + table.num_rows:,} rows, the fastest that passes the quality gate "
         "of fp32 and what could pay for itself: " + "; ".join(lines)
     )
-    record: dict[str, Any] = {
-        "precision": best.precision,
-        "why": why,
-        "trials": lines,
-        "sample_rows": table.num_rows,
-        "agreement": best.agreement.metrics if best.agreement else None,
-        "speeds": {n: round(t.tokens_per_s, 1) for n, t in {"fp32": reference, **tried}.items()},
-    }
+    record = Chosen(
+        best.precision,
+        why,
+        trials=tuple(lines),
+        speeds={n: round(t.tokens_per_s, 1) for n, t in {"fp32": reference, **tried}.items()},
+        measured={
+            "sample_rows": table.num_rows,
+            "agreement": best.agreement.metrics if best.agreement else None,
+        },
+    )
     return Auto(best, record, {n: measured(t, reference) for n, t in tried.items()}, unusable)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import torch
 
 from batchscore.measure.gate import Trial
+from batchscore.output.settled import Budget
 from batchscore.pipeline.stages import batches
 from batchscore.runtime.device import is_out_of_memory
 
@@ -116,7 +117,7 @@ def longest_unit(shape: Shape | None, max_length: int | None, sample_longest: in
 
 def choose_budget(
     chosen: Trial, model_path: Path, table: pa.Table, *, max_length: int | None, max_rows: int
-) -> dict[str, Any]:
+) -> Budget:
     """The budget for the run's model (the chosen trial's): from its shape, and on a GPU
     probed with one batch of the sample's rows, halved until it fits."""
     task, executor = chosen.task, chosen.executor
@@ -131,7 +132,7 @@ def choose_budget(
         if fits != budget:
             why += f"; {budget} ran out of memory in a probe, {fits} fits"
         budget = fits
-    return {"max_tokens": budget, "why": why}
+    return Budget(budget, why)
 
 
 def probe(chosen: Trial, encoded: Any, budget: int, *, max_rows: int, floor: int) -> int:

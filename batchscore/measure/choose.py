@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -20,6 +19,7 @@ from batchscore.job.sections import Job
 from batchscore.measure.gate import Trial, judge, trial
 from batchscore.measure.load import trial_budget
 from batchscore.models.tasks import generates
+from batchscore.output.settled import Chosen
 from batchscore.precision.table import available, precision
 from batchscore.runtime.device import resolve_device
 
@@ -32,7 +32,7 @@ class Choice:
     fp32 reference and every other precision tried (their models let go, their figures kept)."""
 
     chosen: Trial
-    record: dict[str, Any]
+    record: Chosen
     reference: Trial
     tried: dict[str, Trial] = field(default_factory=dict)
 
@@ -49,7 +49,7 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
     budget = trial_budget(job)
     reference = trial(job, model_path, "fp32", table=table, max_tokens=budget, timed=auto)
     if wanted == "fp32":
-        return Choice(reference, {"precision": "fp32", "why": "fp32 is the reference"}, reference)
+        return Choice(reference, Chosen("fp32", "fp32 is the reference"), reference)
     device = resolve_device(job.model.device)
     candidates = [p for p in available(device) if precision(p).gated] if auto else [wanted]
     if auto and generates(job.model, model_path):
@@ -79,7 +79,6 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
             best = candidate
         else:
             candidate.unload()
-    record: dict[str, Any] = {"trials": measured, "sample_rows": table.num_rows}
     if auto:
         why = "the fastest that passes the quality gate, of: " + "; ".join(measured)
     elif best.agreement.passed:
@@ -93,7 +92,12 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
             "relax [quality], or pass --accept-quality to score anyway"
         )
     agreement = best.agreement.metrics if best.agreement else None
-    record.update(precision=best.precision, agreement=agreement, why=why)
-    if accept and best.agreement and not best.agreement.passed:
-        record["accepted"] = True  # every later load of this output calibrates the same way
+    record = Chosen(
+        best.precision,
+        why,
+        trials=tuple(measured),
+        # every later load of an accepted failure's output calibrates the same way
+        accepted=bool(accept and best.agreement and not best.agreement.passed),
+        measured={"sample_rows": table.num_rows, "agreement": agreement},
+    )
     return Choice(best, record, reference, tried)

@@ -22,7 +22,6 @@ import dataclasses
 import logging
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -38,6 +37,7 @@ from batchscore.measure.load import trial_budget
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.manifest import written_for
+from batchscore.output.settled import Budget, Chosen, Decision
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.table import available
 from batchscore.runtime.device import resolve_device
@@ -48,13 +48,13 @@ log = logging.getLogger("batchscore")
 def settle(
     job: Job,
     model_path: Path,
-    recorded: dict[str, Any] | None,
+    recorded: Decision | None,
     sample: pa.Table | None = None,
     *,
     cache: DecisionCache | None = None,
     model_files: str = "",
     rows: int | None = None,
-) -> tuple[Job, dict[str, Any] | None, Trial | None]:
+) -> tuple[Job, Decision | None, Trial | None]:
     """The job with "auto" settings made concrete and its precision gated.
 
     ``recorded`` is an earlier decision for this output, reused as is. Returns the concrete
@@ -90,35 +90,36 @@ def settle(
             cache.learn(key, auto.measured, auto.unusable)
     elif wanted == "fp32":  # only the budget to settle: the run adopts this model and its results
         chosen = trial(job, model_path, "fp32", table=table, max_tokens=budget, timed=False)
-        verdict = {"precision": "fp32", "why": "fp32 is the reference"}
+        verdict = Chosen("fp32", "fp32 is the reference")
     else:
         what = f"quality gate: scoring {table.num_rows} rows in fp32 and {wanted}"
         with stage(what, "quality gate done"):
             gated = choose_precision(job, model_path, table)
-        chosen, verdict = gated.chosen, gated.record
-        verdict["speeds"] = {
-            "fp32": round(gated.reference.tokens_per_s, 1),
-            wanted: round(chosen.tokens_per_s, 1),
-        }
+        chosen = gated.chosen
+        speeds = {"fp32": gated.reference.tokens_per_s, wanted: chosen.tokens_per_s}
+        verdict = dataclasses.replace(
+            gated.record, speeds={n: round(v, 1) for n, v in speeds.items()}
+        )
         if cache is not None:
             cache.learn(key, {wanted: measured(chosen, gated.reference)})
-    decision: dict[str, Any] = {"precision": verdict}
+    budget_choice = None
     if needs_budget:
-        decision["batching"] = choose_budget(
+        budget_choice = choose_budget(
             chosen,
             model_path,
             table,
             max_length=job.model.max_length,
             max_rows=job.batching.max_rows,
         )
-        log.info("max_tokens = auto: %s", decision["batching"]["why"])
+        log.info("max_tokens = auto: %s", budget_choice.why)
+    decision = Decision(verdict, budget_choice)
     return concrete(job, decision), decision, chosen
 
 
 def learn(
     cache: DecisionCache | None,
     job: Job,
-    decision: dict[str, Any] | None,
+    decision: Decision | None,
     *,
     model_files: str,
     padded_tokens: int,
@@ -129,8 +130,7 @@ def learn(
     the cache holds from a busy moment is corrected by the next run that sees otherwise."""
     if cache is None or decision is None or busy_s < 1.0:
         return
-    name = decision["precision"]["precision"]
-    fp32 = decision["precision"].get("speeds", {}).get("fp32")
+    name, fp32 = decision.precision.precision, decision.precision.speeds.get("fp32")
     key = machine_key(job, model_files)
     kept = cache.get(key)
     before = kept.measured.get(name) if kept is not None else None
@@ -142,15 +142,13 @@ def learn(
         cache.learn(key, {name: dataclasses.replace(before, speedup=speedup)})
 
 
-def nothing_to_measure(job: Job) -> dict[str, Any]:
+def nothing_to_measure(job: Job) -> Decision:
     """The decision for a job none of whose rows passes `where` (or whose shards are empty):
     no row is scored, so there is nothing to gate or time; "auto" settles on fp32."""
     name = "fp32" if job.model.precision == "auto" else job.model.precision
     why = "no input row to measure on (every shard empty, or none passes [input].where)"
-    decision: dict[str, Any] = {"precision": {"precision": name, "why": why}}
-    if job.batching.max_tokens == "auto":
-        decision["batching"] = {"max_tokens": trial_budget(job), "why": why}
-    return decision
+    budget = Budget(trial_budget(job), why) if job.batching.max_tokens == "auto" else None
+    return Decision(Chosen(name, why), budget)
 
 
 def machine_key(job: Job, model_files: str) -> str:
@@ -167,7 +165,7 @@ def machine_key(job: Job, model_files: str) -> str:
     )  # fmt: skip
 
 
-def recorded_decision(ckpt: Checkpoint, job: Job) -> dict[str, Any] | None:
+def recorded_decision(ckpt: Checkpoint, job: Job) -> Decision | None:
     """The decision an earlier run recorded for this output (None when the folder is not
     claimed: an unclaimed folder decided nothing). A damaged record is rebuilt from what the
     data files' footers prove (the precision every committed file was scored at), or the run
@@ -185,28 +183,29 @@ def recorded_decision(ckpt: Checkpoint, job: Job) -> dict[str, Any] | None:
                 "start over, or point [output].path at a new folder"
             ) from None
         why = "recovered from the data files' footers (the recorded decision was damaged)"
-        decision: dict[str, Any] = {"precision": {"precision": found.pop(), "why": why}}
-        if job.batching.max_tokens == "auto":  # only speed depends on it
-            decision["batching"] = {"max_tokens": trial_budget(job), "why": why}
+        auto = job.batching.max_tokens == "auto"  # only speed depends on it
+        decision = Decision(
+            Chosen(found.pop(), why), Budget(trial_budget(job), why) if auto else None
+        )
         log.warning("%s; %s", damage, why)
         ckpt.settle(decision)
         return decision
 
 
-def concrete(job: Job, decision: dict[str, Any]) -> Job:
+def concrete(job: Job, decision: Decision) -> Job:
     """Apply a decision's precision and budget (and an accepted gate failure) to the job."""
-    model = dataclasses.replace(job.model, precision=decision["precision"]["precision"])
+    model = dataclasses.replace(job.model, precision=decision.precision.precision)
     batching, quality = job.batching, job.quality
-    if "batching" in decision:
-        batching = dataclasses.replace(batching, max_tokens=decision["batching"]["max_tokens"])
-    if decision["precision"].get("accepted"):
+    if decision.batching is not None:
+        batching = dataclasses.replace(batching, max_tokens=decision.batching.max_tokens)
+    if decision.precision.accepted:
         quality = dataclasses.replace(quality, accept=True)
     return dataclasses.replace(job, model=model, batching=batching, quality=quality)
 
 
 def check(
     job: Job, model_path: Path, *, cache: DecisionCache | None, model_files: str, refresh: bool
-) -> tuple[dict[str, Any], bool, Entry | None]:
+) -> tuple[Chosen, bool, Entry | None]:
     """`batchscore check`: the gate on the job's rows, without recording or scoring; for "auto",
     every precision the device runs natively, each timed. What was kept for this model before
     is returned beside it (None with ``refresh``, which forgets it), and the measurement
@@ -229,10 +228,10 @@ def check(
     return gated.record, passed, before
 
 
-def check_recorded(job: Job, decision: dict[str, Any]) -> None:
+def check_recorded(job: Job, decision: Decision) -> None:
     """A folder settled at a precision this device cannot run (int8 resumed on a GPU, fp16
     back on a CPU) is the folder's conflict with this machine, not a job key's mistake."""
-    name = decision["precision"]["precision"]
+    name = decision.precision.precision
     if job.engine != "local":  # Ray's actors may sit on other machines: they check for themselves
         return
     device = resolve_device(job.model.device)

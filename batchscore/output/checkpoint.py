@@ -31,6 +31,7 @@ from typing import Any
 from batchscore import faults
 from batchscore.errors import WriteError, write_error
 from batchscore.output.manifest import is_ours, problem
+from batchscore.output.settled import Decision
 from batchscore.storage import Store, open_store
 from batchscore.storage.layout import (
     DONE,
@@ -103,14 +104,15 @@ class Checkpoint:
         """Whether anything was ever committed here (or was being published)."""
         return bool(self.store.names(DONE) or self.store.names(WRITING))
 
-    def settled(self) -> dict[str, Any] | None:
+    def settled(self) -> Decision | None:
         """What an earlier run measured and chose (precision, budget, agreement), if any;
         `Damaged` when it cannot be read."""
-        return self.read_json(SETTLED, ("precision",))
+        record = self.read_json(SETTLED, ("precision",))
+        return Decision.from_json(record) if record is not None else None
 
-    def settle(self, record: dict[str, Any]) -> None:
+    def settle(self, decision: Decision) -> None:
         """Pin measured choices, so every run of this output uses the same precision."""
-        self.write_json(SETTLED, record)
+        self.write_json(SETTLED, decision.to_json())
 
     def committed(self) -> dict[str, dict[str, Any]]:
         """Every readable commit record, by chunk key (a damaged one is left out and named in

@@ -32,6 +32,7 @@ from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Pending
+from batchscore.output.settled import Decision
 from batchscore.output.verdict import bad_share_error
 from batchscore.output.writer import ChunkWriter
 from batchscore.storage.layout import part_name, rejected_name
@@ -73,7 +74,7 @@ class Committer:
         schema: pa.Schema,
         stats: RunStats,
         claim: dict[str, Any],
-        decision: dict[str, Any] | None,
+        decision: Decision | None,
         metadata: dict[str, str],
         todo: Pending,
         on_commit: Callable[[Chunk, dict[str, Any]], None] = lambda chunk, record: None,

@@ -39,6 +39,7 @@ from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, output_schema
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending, pending_work
+from batchscore.output.settled import Decision
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.precision.table import check_precision
 from batchscore.recipes.run import Run
@@ -172,7 +173,8 @@ def score_pending(
         rows=sum(c.rows for c in todo.chunks),
     )  # fmt: skip
     stats.tuning_s = time.perf_counter() - tuning
-    run.context["settled"] = decision or recorded
+    settled = decision or recorded
+    run.context["settled"] = settled.to_json() if settled is not None else None
     engine = open_engine(job)
     try:
         loaded = time.perf_counter()
@@ -249,17 +251,21 @@ def judge(job: Job, ckpt: Checkpoint, todo: Pending, failures: list[dict[str, st
     mark_complete(ckpt, job.name)
 
 
-def explain(job: Job, engine: Engine, *, decision: Any, recorded: Any) -> None:
+def explain(
+    job: Job, engine: Engine, *, decision: Decision | None, recorded: Decision | None
+) -> None:
     """Say which precision, budget and device the run uses and why (the precision as an
     event; the rest at debug level, for ``-v``)."""
-    settled = decision or recorded or {}
-    if "precision" in settled:
-        why = settled["precision"]["why"] + ("" if decision else " (recorded by an earlier run)")
+    settled = decision or recorded
+    if settled is not None:
+        why = settled.precision.why + ("" if decision else " (recorded by an earlier run)")
     else:
         why = "the job's [model].precision; fp32 is the reference, so there is nothing to gate"
     log.info("precision %s: %s", engine.precision, why, extra={"event": "precision chosen",
              "precision": engine.precision, "detail": not decision})  # fmt: skip
-    budget = settled.get("batching", {}).get("why", "the job's [batching].max_tokens")
+    budget = "the job's [batching].max_tokens"
+    if settled is not None and settled.batching is not None:
+        budget = settled.batching.why
     log.debug("max_tokens %s: %s", job.batching.max_tokens, budget)
     log.debug("device %s: %s", engine.device, device_reason(job.model.device))
     if job.engine == "local" and engine.device == "cpu":

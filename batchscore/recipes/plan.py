@@ -115,7 +115,7 @@ def plan_job(
         "bad_rows": counts.bad_rows if fraction == 1 else None,
         "failures": todo.failures + counts.failures,
         "conflict": conflict,
-        "settled": ckpt.settled(),
+        "settled": settled.to_json() if (settled := ckpt.settled()) else None,
     }
     return planned, timing_table
 

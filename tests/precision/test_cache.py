@@ -138,7 +138,7 @@ def test_a_large_job_tries_int8_and_the_next_job_weighs_what_was_measured(job, t
     model_path = locate(settings.model)
     table = sample_rows(settings, 24)
     first = choose_auto(settings, model_path, table, rows=10**7, known={}, unusable={})
-    assert "int8" in first.measured, first.record["trials"]
+    assert "int8" in first.measured, first.record.trials
     kept = first.measured["int8"]
     assert kept.speedup > 0 and kept.calibrate_s > 0
     key = machine_key(settings, model_identity(model_path))
@@ -146,8 +146,8 @@ def test_a_large_job_tries_int8_and_the_next_job_weighs_what_was_measured(job, t
     assert DecisionCache(tmp_path / "cache").get(key) == Entry(first.measured, {}, kept_at(cache))
     # a later small job weighs int8 by this machine's measurement, and does not try it
     later = choose_auto(settings, model_path, table, rows=40, known=first.measured, unusable={})
-    assert "int8: not tried" in later.record["trials"][1]
-    assert "measured here before" in later.record["trials"][1]
+    assert "int8: not tried" in later.record.trials[1]
+    assert "measured here before" in later.record.trials[1]
     assert later.chosen.precision == "fp32" and later.measured == {}
 
 
@@ -176,11 +176,11 @@ def test_a_model_int8_cannot_quantize_is_moved_past_and_remembered(tmp_path: Pat
     auto = choose_auto(settings, model_path, table, rows=10**7, known=known, unusable={})
     assert auto.chosen.precision == "fp32"
     assert "found no torch.nn.Linear layer" in auto.unusable["int8"]
-    assert any(line.startswith("int8: cannot run this model") for line in auto.record["trials"])
+    assert any(line.startswith("int8: cannot run this model") for line in auto.record.trials)
     again = choose_auto(
         settings, model_path, table, rows=10**7, known=known, unusable=auto.unusable
     )
-    assert len(again.record["trials"]) == 1  # int8 is not even weighed
+    assert len(again.record.trials) == 1  # int8 is not even weighed
     cache = DecisionCache(tmp_path / "cache")
     key = machine_key(settings, model_identity(model_path))
     cache.put(key, Entry(known))

@@ -101,7 +101,7 @@ def test_int8_that_cannot_keep_the_promise_fails_the_gate_not_the_model(job: Pat
     # a job large enough that int8 is tried
     auto = choose_auto(settings, locate(settings.model), table, rows=10**7, known={}, unusable={})
     assert auto.chosen.precision == "fp32"
-    assert any(t.startswith("int8: fails the quality gate") for t in auto.record["trials"])
+    assert any(t.startswith("int8: fails the quality gate") for t in auto.record.trials)
     report = run_job(load_job(job, ["model.precision=auto", *strict, 'output.path="auto"']))
     assert report["precision"] == "fp32" and report["rows"] == 90
 

@@ -1,0 +1,90 @@
+"""What an output folder settled on: the precision (and budget) its first run measured and chose.
+
+A run that leaves something to measurement (`batchscore.measure.settle`) decides it once per
+folder, records it as ``_batchscore/settled.json`` with its first commit, and every later run of
+the folder reuses it, so one output never mixes precisions; the run report carries it too. In
+the code it is a `Decision`; JSON only at the folder's edge (`Checkpoint.settled`, `settle`) and
+the report's. The JSON is the one batchscore always wrote: what a measurement recorded beyond
+the fields read here (its sample, its agreement with fp32) is kept as it came.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The precision the folder's rows are scored at, and why (the record's "precision")."""
+
+    precision: str
+    why: str
+    trials: tuple[str, ...] = ()  # each precision measured, one line each, the reference first
+    speeds: Mapping[str, float] = field(default_factory=dict)  # padded tokens/s of each timed
+    accepted: bool = False  # it failed the gate and the job accepted it: later loads agree
+    measured: Mapping[str, Any] = field(default_factory=dict)  # sample_rows, agreement, ...
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"precision": self.precision, "why": self.why}
+        if self.trials:
+            data["trials"] = list(self.trials)
+        data.update(self.measured)
+        if self.accepted:
+            data["accepted"] = True
+        if self.speeds:
+            data["speeds"] = dict(self.speeds)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Chosen:
+        rest = {k: v for k, v in data.items() if k not in FIELDS}
+        return cls(
+            data["precision"],
+            data.get("why", ""),
+            tuple(data.get("trials") or ()),
+            dict(data.get("speeds") or {}),
+            bool(data.get("accepted", False)),
+            rest,
+        )
+
+
+FIELDS = ("precision", "why", "trials", "speeds", "accepted")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The token budget ``max_tokens = "auto"`` settled on, and why (the record's "batching")."""
+
+    max_tokens: int
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens, "why": self.why}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Budget:
+        return cls(data["max_tokens"], data.get("why", ""))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything a folder settled on: its precision, and its budget when it was "auto"."""
+
+    precision: Chosen
+    batching: Budget | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"precision": self.precision.to_json()}
+        if self.batching is not None:
+            data["batching"] = self.batching.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Decision:
+        batching = data.get("batching")
+        return cls(
+            Chosen.from_json(data["precision"]),
+            Budget.from_json(batching) if batching is not None else None,
+        )
