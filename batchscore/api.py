@@ -122,9 +122,13 @@ def job_of(job: str | PathLike[str] | Mapping[str, Any], overrides: Overrides | 
 
 
 def score(
-    data: D, *, task: str, model: str | PathLike[str] | None = None, text: str | None = None,
+    data: D,
+    *,
+    task: str,
+    model: str | PathLike[str] | None = None,
+    text: str | None = None,
     **options: Any,
-) -> D:  # fmt: skip
+) -> D:
     """Score an in-memory table; return the same type with the task's columns added.
 
     Args:
@@ -175,9 +179,13 @@ def score_frame(frame: Frame, job: Job, progress: str = "off") -> Any:
     settled = dataclasses.replace(job, model=ready.job.model, batching=ready.job.batching)
     known, ready.known = ready.known, None  # the gate's results: for this call's rows alone
     scored, _ = score_table(
-        settled, table, task=ready.task, executor=ready.executor,
-        progress=Progress(table.num_rows, progress, delay_s=SAY_AFTER_S), known=known,
-    )  # fmt: skip
+        settled,
+        table,
+        task=ready.task,
+        executor=ready.executor,
+        progress=Progress(table.num_rows, progress, delay_s=SAY_AFTER_S),
+        known=known,
+    )
     # a cell that was not text (read as null) says what was wrong with it, not "text is null"
     return frame.with_columns(with_errors(scored, read.bad))
 

@@ -160,9 +160,12 @@ def machine_key(job: Job, model_files: str) -> str:
     ported = [p for p in OPENVINO.precisions if openvino_wanted(job.model, cpu=cpu, precision=p)]
     runtime = f"openvino {version('openvino')} ({', '.join(ported)})" if ported else ""
     return cache_key(
-        model_files=model_files, task=job.model.task, max_length=job.model.max_length,
-        device=device, runtime=runtime,
-    )  # fmt: skip
+        model_files=model_files,
+        task=job.model.task,
+        max_length=job.model.max_length,
+        device=device,
+        runtime=runtime,
+    )
 
 
 def recorded_decision(ckpt: Checkpoint, job: Job) -> Decision | None:

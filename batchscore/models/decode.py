@@ -67,16 +67,44 @@ def generation_config(base: Any, decoding: Decoding, pad_id: int) -> Any:
 # strings, ...) makes `generate` add a step of its own, so such a model decodes statically.
 LOOP_KEYS = frozenset(
     {
-        "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",
-        "max_new_tokens", "max_length", "do_sample", "num_beams", "num_return_sequences",
-        "use_cache", "temperature", "top_k", "top_p", "min_p", "top_h", "typical_p",
-        "epsilon_cutoff", "eta_cutoff", "early_stopping", "length_penalty", "num_beam_groups",
-        "diversity_penalty", "low_memory", "cache_implementation", "cache_config",
-        "max_cache_len", "output_attentions", "output_hidden_states", "output_scores",
-        "output_logits", "return_dict_in_generate", "compile_config", "disable_compile",
-        "continuous_batching_config", "_from_model_config", "transformers_version",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "decoder_start_token_id",
+        "max_new_tokens",
+        "max_length",
+        "do_sample",
+        "num_beams",
+        "num_return_sequences",
+        "use_cache",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "top_h",
+        "typical_p",
+        "epsilon_cutoff",
+        "eta_cutoff",
+        "early_stopping",
+        "length_penalty",
+        "num_beam_groups",
+        "diversity_penalty",
+        "low_memory",
+        "cache_implementation",
+        "cache_config",
+        "max_cache_len",
+        "output_attentions",
+        "output_hidden_states",
+        "output_scores",
+        "output_logits",
+        "return_dict_in_generate",
+        "compile_config",
+        "disable_compile",
+        "continuous_batching_config",
+        "_from_model_config",
+        "transformers_version",
     }
-)  # fmt: skip
+)
 
 
 def loop_decodes_alike(config: Any) -> bool:

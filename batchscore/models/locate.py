@@ -110,8 +110,9 @@ def load_options(model: ModelConfig, executor: Any) -> dict[str, Any]:
     }
 
 
-def load_pretrained(auto: Any, path: Path, model: ModelConfig, executor: Any,
-                    complete: bool = False) -> Any:  # fmt: skip
+def load_pretrained(
+    auto: Any, path: Path, model: ModelConfig, executor: Any, complete: bool = False
+) -> Any:
     """``auto.from_pretrained(path)`` with the job's safety options and a clear error.
 
     ``complete`` refuses weights that lack some of the model's parameters (a bare encoder given

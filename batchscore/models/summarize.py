@@ -80,8 +80,11 @@ class SentencesEncoding:
         tokens = self.text.tokens(sentences)
         encoded = tokens.encoded(rows, errors)
         encoded.owners = np.asarray(documents, dtype=np.int64)[tokens.owners]
-        encoded.extra = {"sentences": sentences, "sentence_of": tokens.owners,
-                         "documents": np.asarray(documents, dtype=np.int64)}  # fmt: skip
+        encoded.extra = {
+            "sentences": sentences,
+            "sentence_of": tokens.owners,
+            "documents": np.asarray(documents, dtype=np.int64),
+        }
         return encoded
 
 

@@ -59,9 +59,16 @@ class Tokens:
             errors = {**errors, **{int(rows[t]): m for t, m in self.errors.items()}}
             owners, rows = (np.cumsum(keep) - 1)[owners], rows[keep]
         return Encoded(
-            self.lengths, owners, rows, errors, self.ids, self.truncated,
-            type_ids=self.type_ids, chunked=self.chunked, windows=self.windows,
-        )  # fmt: skip
+            self.lengths,
+            owners,
+            rows,
+            errors,
+            self.ids,
+            self.truncated,
+            type_ids=self.type_ids,
+            chunked=self.chunked,
+            windows=self.windows,
+        )
 
 
 class TextEncoder:

@@ -28,19 +28,44 @@ BERT_CLASSES = ("BertTokenizer", "BertTokenizerFast")
 BERT_INPUTS = ["input_ids", "token_type_ids", "attention_mask"]  # BertTokenizer.model_input_names
 # BertTokenizer's special tokens when neither tokenizer_config.json nor special_tokens_map.json
 # names them
-BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                 "cls_token": "[CLS]", "mask_token": "[MASK]"}  # fmt: skip
+BERT_SPECIALS = {
+    "unk_token": "[UNK]",
+    "sep_token": "[SEP]",
+    "pad_token": "[PAD]",
+    "cls_token": "[CLS]",
+    "mask_token": "[MASK]",
+}
 SPECIAL_KEYS = ("bos_token", "eos_token", *BERT_SPECIALS)
 # tokenizer_config.json keys whose effect on token ids is known: none beyond what `expected`
 # rebuilds (the rest steer transformers' own padding, truncation or decoding, not used here)
 KNOWN_KEYS = {
-    "tokenizer_class", "do_lower_case", "tokenize_chinese_chars", "strip_accents",
-    "do_basic_tokenize", "never_split", "model_max_length", "name_or_path", "added_tokens_decoder",
-    "special_tokens_map_file", "clean_up_tokenization_spaces", "model_input_names", "padding_side",
-    "truncation_side", "max_length", "stride", "pad_to_multiple_of", "pad_token_type_id",
-    "truncation_strategy", "split_special_tokens", "backend", "extra_special_tokens",
-    "additional_special_tokens", "is_local", "local_files_only", *SPECIAL_KEYS,
-}  # fmt: skip
+    "tokenizer_class",
+    "do_lower_case",
+    "tokenize_chinese_chars",
+    "strip_accents",
+    "do_basic_tokenize",
+    "never_split",
+    "model_max_length",
+    "name_or_path",
+    "added_tokens_decoder",
+    "special_tokens_map_file",
+    "clean_up_tokenization_spaces",
+    "model_input_names",
+    "padding_side",
+    "truncation_side",
+    "max_length",
+    "stride",
+    "pad_to_multiple_of",
+    "pad_token_type_id",
+    "truncation_strategy",
+    "split_special_tokens",
+    "backend",
+    "extra_special_tokens",
+    "additional_special_tokens",
+    "is_local",
+    "local_files_only",
+    *SPECIAL_KEYS,
+}
 TOKEN_FLAGS = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
 
 
@@ -161,8 +186,11 @@ def specials(settings: dict, path: Path) -> dict[str, Any]:
     tokenizer_config.json (only when the latter has no added_tokens_decoder), over defaults."""
     named = {**BERT_SPECIALS, **{k: settings[k] for k in SPECIAL_KEYS if k in settings}}
     if "added_tokens_decoder" not in settings:
-        named |= {k: v for k, v in (read_json(path / "special_tokens_map.json") or {}).items()
-                  if k in SPECIAL_KEYS}  # fmt: skip
+        named |= {
+            k: v
+            for k, v in (read_json(path / "special_tokens_map.json") or {}).items()
+            if k in SPECIAL_KEYS
+        }
     return named
 
 
@@ -203,8 +231,9 @@ def disagreement(file: dict, settings: dict, path: Path) -> str | None:
         return "its WordPiece settings are not transformers' defaults"
     added = {int(t["id"]): {f: t.get(f) for f in TOKEN_FLAGS} for t in file.get("added_tokens", [])}
     source = settings.get("added_tokens_decoder")
-    if source is not None and added != {int(i): {f: t.get(f) for f in TOKEN_FLAGS}
-                                        for i, t in source.items()}:  # fmt: skip
+    if source is not None and added != {
+        int(i): {f: t.get(f) for f in TOKEN_FLAGS} for i, t in source.items()
+    }:
         return "its added tokens are not tokenizer_config.json's"
     if any(not t["special"] or vocab.get(t["content"]) != i for i, t in added.items()):
         return "an added token that is not a special token of the vocabulary"

@@ -14,12 +14,32 @@ from batchscore.observe.phases import PHASES
 HISTOGRAM_BINS = 64  # at most, for the token-length histogram
 BUCKETS = 12  # at most, for padding efficiency per bucket of batch widths
 KEY_FIGURES = (
-    "rows", "tokens", "padded_tokens", "padding_efficiency", "rows_per_s", "tokens_per_s",
-    "wall_s", "load_s", "tuning_s", "model_busy_share", "batches", "duplicates", "from_gate",
-    "truncated", "filtered", "bad_rows", "chunks_committed", "chunks_already_done",
+    "rows",
+    "tokens",
+    "padded_tokens",
+    "padding_efficiency",
+    "rows_per_s",
+    "tokens_per_s",
+    "wall_s",
+    "load_s",
+    "tuning_s",
+    "model_busy_share",
+    "batches",
+    "duplicates",
+    "from_gate",
+    "truncated",
+    "filtered",
+    "bad_rows",
+    "chunks_committed",
+    "chunks_already_done",
     "rows_already_done",
-    "precision", "device", "engine", "outcome", "run_id", "version",
-)  # fmt: skip
+    "precision",
+    "device",
+    "engine",
+    "outcome",
+    "run_id",
+    "version",
+)
 
 
 def histogram(lengths: list[list[int]]) -> dict[str, Any]:

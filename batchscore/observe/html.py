@@ -90,8 +90,13 @@ def draw_lengths(numbers: dict[str, Any]) -> Callable[[Any], None]:
         most = max((c["batches"] for c in cuts), default=1)
         for i, cut in enumerate(cuts):
             alpha = 0.25 + 0.75 * cut["batches"] / most
-            ax.axvline(cut["width"], color=ORANGE, lw=1, alpha=alpha,
-                       label="batch cut (padded length)" if i == 0 else None)  # fmt: skip
+            ax.axvline(
+                cut["width"],
+                color=ORANGE,
+                lw=1,
+                alpha=alpha,
+                label="batch cut (padded length)" if i == 0 else None,
+            )
         ax.set_xlabel("tokens per row (unit)")
         ax.set_ylabel("rows")
         ax.legend(loc="upper right", frameon=False)
@@ -144,8 +149,14 @@ def draw_timeline(numbers: dict[str, Any]) -> Callable[[Any], None]:
         ax.set_ylabel("tokens/s", color=BLUE)
         ax.set_ylim(bottom=0)
         busy = ax.twinx()
-        busy.fill_between(t, [100 * p["model_busy"] for p in points], color=ORANGE, alpha=0.25,
-                          step="pre", label="model busy")  # fmt: skip
+        busy.fill_between(
+            t,
+            [100 * p["model_busy"] for p in points],
+            color=ORANGE,
+            alpha=0.25,
+            step="pre",
+            label="model busy",
+        )
         busy.set_ylim(0, 105)
         busy.set_ylabel("model busy, % of wall time", color=ORANGE)
         ax.set_zorder(busy.get_zorder() + 1)  # the throughput line over the busy area
@@ -163,8 +174,14 @@ def draw_buckets(numbers: dict[str, Any]) -> Callable[[Any], None]:
         values = [b["padding_efficiency"] for b in buckets]
         bars = ax.bar(labels, values, color=GREEN)
         for bar, b in zip(bars, buckets, strict=True):
-            ax.annotate(f"{b['batches']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7, color="#4a5568")  # fmt: skip
+            ax.annotate(
+                f"{b['batches']}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="#4a5568",
+            )
         ax.set_ylim(0, 1.08)
         ax.set_xlabel("batch width, tokens (bar labels: batches)")
         ax.set_ylabel("real / padded tokens")
@@ -189,8 +206,15 @@ def draw_shards(numbers: dict[str, Any]) -> Callable[[Any], None]:
         ax.set_yticks(rows, labels=shard_labels([s["shard"] for s in shards]))
         for i, s in enumerate(shards):
             if s["error"]:
-                ax.annotate("failed", (0, i), xytext=(4, 0), textcoords="offset points",
-                            va="center", color=RED, fontweight="bold")  # fmt: skip
+                ax.annotate(
+                    "failed",
+                    (0, i),
+                    xytext=(4, 0),
+                    textcoords="offset points",
+                    va="center",
+                    color=RED,
+                    fontweight="bold",
+                )
         ax.invert_yaxis()
         ax.set_xlabel("output rows")
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
@@ -270,9 +294,11 @@ def figure_cards(numbers: dict[str, Any]) -> str:
         (f"{f.get('precision', '?')} on {f.get('device', '?')}", "precision, device"),
         (f"{f.get('bad_rows', 0):,}", "rows with an error"),
         (f"{len(numbers['failures'])}", "failed shards"),
-        (f"{f.get('chunks_committed', 0)} + {f.get('chunks_already_done', 0)}",
-         "chunks committed now + before"),
-    ]  # fmt: skip
+        (
+            f"{f.get('chunks_committed', 0)} + {f.get('chunks_already_done', 0)}",
+            "chunks committed now + before",
+        ),
+    ]
     return "".join(
         f'<div class="figure"><b>{html.escape(v)}</b><span>{html.escape(k)}</span></div>'
         for v, k in cards

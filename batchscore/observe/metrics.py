@@ -61,11 +61,19 @@ def render(report: dict[str, Any], success_at: float | None) -> str:
     sample("batchscore_failed_shards", "gauge", "Shards the last run could not score.", failed)
     ok = report.get("outcome") == "ok"
     sample("batchscore_last_run_success", "gauge", "1 if the last run committed every row.", ok)
-    sample("batchscore_last_run_timestamp_seconds", "gauge", "When the last run ended.",
-           finished_at(report))  # fmt: skip
+    sample(
+        "batchscore_last_run_timestamp_seconds",
+        "gauge",
+        "When the last run ended.",
+        finished_at(report),
+    )
     if success_at is not None:
-        sample("batchscore_last_success_timestamp_seconds", "gauge",
-               "When the last successful run ended.", success_at)  # fmt: skip
+        sample(
+            "batchscore_last_success_timestamp_seconds",
+            "gauge",
+            "When the last successful run ended.",
+            success_at,
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -118,8 +118,12 @@ def stage(what: str, done: str, event: str | None = None, **fields: Any) -> Iter
     try:
         yield
     except BaseException:
-        log.debug("%s: stopped after %.1f s", what, time.perf_counter() - start,
-                  extra={"stage": what, "phase": "end"})  # fmt: skip
+        log.debug(
+            "%s: stopped after %.1f s",
+            what,
+            time.perf_counter() - start,
+            extra={"stage": what, "phase": "end"},
+        )
         raise
     seconds = round(time.perf_counter() - start, 3)
     extra = {"stage": what, "phase": "end", "seconds": seconds, **fields}

@@ -122,8 +122,9 @@ def pending_work(
                 plan.total_rows += sum(r["stop"] - r["start"] for r in records)
                 continue  # whole shard committed: its rows are not read again
             footer = ahead[shard.key].result() if shard.key in ahead else read_footer(shard)
-            reference = plan_shard(plan, shard, footer, reference, inp, kinds, rows_filter,
-                                   chunk_rows, committed)  # fmt: skip
+            reference = plan_shard(
+                plan, shard, footer, reference, inp, kinds, rows_filter, chunk_rows, committed
+            )
     finally:  # a storage error stops the plan: the footers not yet read are not read
         pool.shutdown(cancel_futures=True)
     plan.carried = reference[0] if reference else pa.schema([])

@@ -114,8 +114,9 @@ def iter_batches(
     reads in 0.23 ms instead of 0.30, 100,000 rows in 0.03 s instead of 0.1)."""
     sizes = [pf.metadata.row_group(g).num_rows for g in groups]
     done, attempt = 0, 1  # rows already yielded; the try of the current read
-    batches = pf.iter_batches(batch_size=size, row_groups=groups, columns=list(columns),
-                              use_threads=False)  # fmt: skip
+    batches = pf.iter_batches(
+        batch_size=size, row_groups=groups, columns=list(columns), use_threads=False
+    )
     while True:
         try:
             faults.hit("read-window")
@@ -149,8 +150,9 @@ def resume(
     rest = groups[skip_groups:]
     if not rest:
         return
-    batches = pf.iter_batches(batch_size=size, row_groups=rest, columns=list(columns),
-                              use_threads=False)  # fmt: skip
+    batches = pf.iter_batches(
+        batch_size=size, row_groups=rest, columns=list(columns), use_threads=False
+    )
     for batch in batches:
         if done:
             cut = min(done, batch.num_rows)

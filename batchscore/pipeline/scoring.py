@@ -81,8 +81,9 @@ class Scorer:
         cut = window.batches
         if max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
             sort = self.job.batching.sort and self.task.bucketing
-            cut = batches(window.encoded, window.pending, max_tokens, max_rows=self.max_rows,
-                          sort=sort)  # fmt: skip
+            cut = batches(
+                window.encoded, window.pending, max_tokens, max_rows=self.max_rows, sort=sort
+            )
         handoff = Handoff(self, window, hand, batches=len(cut))
         outcome = self.run(window, cut, max_tokens, after_batch=handoff)
         if not len(window.encoded.lengths):
@@ -127,18 +128,31 @@ class Scorer:
         if cut and streams(self.task, enabled=self.job.batching.continuous):
             limits, reuse = (max_tokens, self.max_rows), self.job.batching.prefix_cache
             try:
-                results, prefills = run_stream(window, cut, task=self.task, executor=self.executor,
-                                               limits=limits, reuse_prefix=reuse,
-                                               progress=self.progress)  # fmt: skip
+                results, prefills = run_stream(
+                    window,
+                    cut,
+                    task=self.task,
+                    executor=self.executor,
+                    limits=limits,
+                    reuse_prefix=reuse,
+                    progress=self.progress,
+                )
                 return Outcome(results, {}, prefills)
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
                 self.executor.release_memory()
                 log.warning("out of memory in continuous batching; this window runs statically")
-        return run_window(window, cut, task=self.task, executor=self.executor, budget=self.budget,
-                          max_rows=self.max_rows, progress=self.progress,
-                          after_batch=after_batch)  # fmt: skip
+        return run_window(
+            window,
+            cut,
+            task=self.task,
+            executor=self.executor,
+            budget=self.budget,
+            max_rows=self.max_rows,
+            progress=self.progress,
+            after_batch=after_batch,
+        )
 
     @property
     def max_rows(self) -> int:

@@ -98,9 +98,11 @@ class Ran:
         scored = np.zeros(len(encoded.lengths), dtype=bool)
         for units in done:
             scored[units] = True
-        missing = np.flatnonzero(~scored) if same_as is None else np.setdiff1d(
-            window.units, np.flatnonzero(scored), assume_unique=True
-        )  # fmt: skip
+        missing = (
+            np.flatnonzero(~scored)
+            if same_as is None
+            else np.setdiff1d(window.units, np.flatnonzero(scored), assume_unique=True)
+        )
         if len(missing):
             if not outputs:  # every unit failed: there is nothing to assemble
                 return Outcome(None, errors, ran)
@@ -162,8 +164,10 @@ def run_window(
             budget.max_tokens = max(1, padded // 2)
             log.warning(
                 "out of memory on %d rows x %d tokens; budget now %d tokens",
-                len(batch), padded // len(batch), budget.max_tokens,
-            )  # fmt: skip
+                len(batch),
+                padded // len(batch),
+                budget.max_tokens,
+            )
             half = len(batch) // 2
             if queue:
                 rest = np.concatenate(queue)

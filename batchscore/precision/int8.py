@@ -112,8 +112,9 @@ def quantize_int8(
     if not int8_available():
         raise RuntimeError("int8 needs PyTorch's oneDNN (mkldnn) CPU kernels, absent in this build")
     if (min_cosine is not None and not 0 < min_cosine <= 1) or not 0 <= headroom < 1:
-        raise ValueError(f"min_cosine must be in (0, 1] and headroom in [0, 1), got {min_cosine}, "
-                         f"{headroom}")  # fmt: skip
+        raise ValueError(
+            f"min_cosine must be in (0, 1] and headroom in [0, 1), got {min_cosine}, {headroom}"
+        )
     if not batches:
         raise ValueError("int8 calibration needs at least one batch of the job's rows")
     if any(p.device.type != "cpu" for p in module.parameters()):

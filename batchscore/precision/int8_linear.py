@@ -122,9 +122,20 @@ class Int8Linear(nn.Module):
         x = x * self.inv_smooth if self.inv_smooth is not None else x.float()
         q, scale = quantize_rows(x)
         y = torch.ops.onednn.qlinear_pointwise(
-            q, 1.0, ZERO_POINT, self.packed, self.w_scale, self.w_zero,
-            None, 1.0, 0, torch.float32, "none", [], "",
-        )  # fmt: skip
+            q,
+            1.0,
+            ZERO_POINT,
+            self.packed,
+            self.w_scale,
+            self.w_zero,
+            None,
+            1.0,
+            0,
+            torch.float32,
+            "none",
+            [],
+            "",
+        )
         # The per-row scale can only be applied after the kernel (oneDNN takes one activation
         # scale per tensor), and the bias after it; written straight into the output slice.
         if self.bias is not None:

@@ -90,8 +90,17 @@ def run_job(
         run = Run(job, ckpt, retry, stats=RunStats(started=started), run_id=run_id)
         if process_started is not None:
             run.stats.phases["start-up"] = max(started - process_started, 0.0)
-        log.info("run %s of %s started", run_id, job.name, extra={"event": "start", "detail": True,
-                 "source": str(job.source), "output": job.output.path})  # fmt: skip
+        log.info(
+            "run %s of %s started",
+            run_id,
+            job.name,
+            extra={
+                "event": "start",
+                "detail": True,
+                "source": str(job.source),
+                "output": job.output.path,
+            },
+        )
         try:
             with run:
                 model_path = locate(job.model)
@@ -139,8 +148,12 @@ def find_pending(job: Job, ckpt: Checkpoint, run: Run, *, fingerprint: str) -> P
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
     stats.chunks_pending, stats.chunks_redone = len(todo.chunks), len(todo.redone)
     run.context.update(redone=todo.redone, gone_shards=todo.gone)
-    log.debug("%d chunk(s) to score, %d already committed (%d rows)", len(todo.chunks),
-              todo.done_chunks, todo.done_rows)  # fmt: skip
+    log.debug(
+        "%d chunk(s) to score, %d already committed (%d rows)",
+        len(todo.chunks),
+        todo.done_chunks,
+        todo.done_rows,
+    )
     if todo.chunks or todo.failures:
         ckpt.drop_success()  # incomplete from now until a run ends with every row committed
     return todo
@@ -169,9 +182,13 @@ def score_pending(
     recorded = recorded_decision(ckpt, job)
     model_files = claim["parts"]["model_files"]
     job, decision, gated = settle(
-        job, model_path, recorded, cache=cache, model_files=model_files,
+        job,
+        model_path,
+        recorded,
+        cache=cache,
+        model_files=model_files,
         rows=sum(c.rows for c in todo.chunks),
-    )  # fmt: skip
+    )
     stats.tuning_s = time.perf_counter() - tuning
     settled = decision or recorded
     run.context["settled"] = settled.to_json() if settled is not None else None
@@ -261,8 +278,12 @@ def explain(
         why = settled.precision.why + ("" if decision else " (recorded by an earlier run)")
     else:
         why = "the job's [model].precision; fp32 is the reference, so there is nothing to gate"
-    log.info("precision %s: %s", engine.precision, why, extra={"event": "precision chosen",
-             "precision": engine.precision, "detail": not decision})  # fmt: skip
+    log.info(
+        "precision %s: %s",
+        engine.precision,
+        why,
+        extra={"event": "precision chosen", "precision": engine.precision, "detail": not decision},
+    )
     budget = "the job's [batching].max_tokens"
     if settled is not None and settled.batching is not None:
         budget = settled.batching.why
@@ -285,7 +306,11 @@ def shard_events(todo: Pending, stats: RunStats) -> Callable[[Chunk, dict[str, A
         log.debug("chunk %s committed: %s rows %d-%d", chunk.key, path, chunk.start, chunk.stop)
         if not left[path]:
             rows = stats.shards[path]["rows"]
-            log.info("shard committed: %s (%d rows)", path, rows, extra={"event": "shard committed",
-                     "detail": True, "shard": path, "rows": rows})  # fmt: skip
+            log.info(
+                "shard committed: %s (%d rows)",
+                path,
+                rows,
+                extra={"event": "shard committed", "detail": True, "shard": path, "rows": rows},
+            )
 
     return committed

@@ -78,8 +78,15 @@ def plan_job(
     kinds = input_kinds(job.model.task, job.input, job.task)
     shards = find_shards(job.input)
     who = identity(claimed or job, model_path)
-    todo = pending_work(job.input, kinds=kinds, chunk_rows=job.output.chunk_rows, shards=shards,
-                        ckpt=ckpt, fingerprint=who.fingerprint, forget=False)  # fmt: skip
+    todo = pending_work(
+        job.input,
+        kinds=kinds,
+        chunk_rows=job.output.chunk_rows,
+        shards=shards,
+        ckpt=ckpt,
+        fingerprint=who.fingerprint,
+        forget=False,
+    )
     conflict = None
     if ckpt.claimed():  # what a run would refuse (exit 5), or find damaged (the run repairs)
         try:
@@ -224,8 +231,12 @@ def padding(job: Job, counts: Counts, fraction: float, task_encoding: Encoding) 
     windows drawn from the sampled unit lengths, each as large as a run's window."""
     if fraction >= 1:
         efficiency = counts.computed_tokens / counts.padded_tokens if counts.padded_tokens else 1.0
-        return {"padded_tokens": counts.padded_tokens, "batches": counts.batches,
-                "efficiency": round(efficiency, 4), "exact": True}  # fmt: skip
+        return {
+            "padded_tokens": counts.padded_tokens,
+            "batches": counts.batches,
+            "efficiency": round(efficiency, 4),
+            "exact": True,
+        }
     sizes = np.asarray(counts.unit_sizes, dtype=np.int64)
     if not len(sizes):
         return {"padded_tokens": 0, "batches": 0, "efficiency": 1.0, "exact": False}

@@ -86,8 +86,16 @@ class Run:
         )
         if self.claimed and (self.stats.chunks_pending or self.outcome != "ok"):
             self.ckpt.save_report(report_name(self.stats.started, os.getpid()), self.report)
-        log.info("run finished: %s", self.outcome, extra={"event": "run finished",
-                 "detail": True, "outcome": self.outcome, "report": self.report})  # fmt: skip
+        log.info(
+            "run finished: %s",
+            self.outcome,
+            extra={
+                "event": "run finished",
+                "detail": True,
+                "outcome": self.outcome,
+                "report": self.report,
+            },
+        )
 
     def write_metrics(self, path: Path) -> None:
         """Prometheus metrics for this run. A file that cannot be written is a warning when

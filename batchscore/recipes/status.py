@@ -187,8 +187,10 @@ def format_status(status: dict[str, Any]) -> str:
         f"{status['rows_done']:,} of {status['rows']:,} rows committed{bad}"
         + (" - complete" if status["complete"] else "")
     )
-    lines += [f"{problem}; the next run scores its chunk again" for problem in status[
-        "damaged_bookkeeping"]]  # fmt: skip
+    lines += [
+        f"{problem}; the next run scores its chunk again"
+        for problem in status["damaged_bookkeeping"]
+    ]
     gone = [s for s in status["shards"] if s["state"] == "gone"]
     if gone:
         rows = sum(s["rows_written"] for s in gone)

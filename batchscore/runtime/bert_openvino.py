@@ -92,8 +92,9 @@ def build_graph(encoder: BertEncoder) -> Any:
     width, heads = shape.hidden_size, shape.num_attention_heads
 
     def split(x: Any) -> Any:  # [rows, length, width] -> [rows, heads, length, head width]
-        return ops.transpose(ops.reshape(x, ints(0, 0, heads, width // heads), True),
-                             ints(0, 2, 1, 3))  # fmt: skip
+        return ops.transpose(
+            ops.reshape(x, ints(0, 0, heads, width // heads), True), ints(0, 2, 1, 3)
+        )
 
     ids, mask, types = (
         ops.parameter([-1, -1], ov.Type.i64, name=name)
@@ -106,8 +107,10 @@ def build_graph(encoder: BertEncoder) -> Any:
         ops.gather(weights(encoder.words.weight), ids, ints(0)),
         ops.gather(weights(encoder.types.weight), types, ints(0)),
     )
-    x = norm(ops.add(x, ops.gather(weights(encoder.positions.weight), positions, ints(0))),
-             encoder.embedding_norm)  # fmt: skip
+    x = norm(
+        ops.add(x, ops.gather(weights(encoder.positions.weight), positions, ints(0))),
+        encoder.embedding_norm,
+    )
     keep = ops.unsqueeze(ops.not_equal(mask, ints(0)), ints(1, 2))  # [rows, 1, 1, length]
     for layer in encoder.layers:
         q, k, v = (split(linear(x, lin)) for lin in (layer.query, layer.key, layer.value))
@@ -143,12 +146,15 @@ class OpenVinoBert(nn.Module):
         token_type_ids: torch.Tensor | None = None,
     ) -> EncoderOutput:
         ids = input_ids.to(torch.int64).numpy()
-        types = (np.zeros_like(ids) if token_type_ids is None
-                 else token_type_ids.to(torch.int64).numpy())  # fmt: skip
+        types = (
+            np.zeros_like(ids) if token_type_ids is None else token_type_ids.to(torch.int64).numpy()
+        )
         # OpenVINO's Gather reads an index past the table as zeros; torch's embedding raises.
         # A tokenizer larger than the model's vocabulary must fail here as it does in torch.
-        for name, values, rows in (("token id", ids, self.config.vocab_size),
-                                   ("token type", types, self.config.type_vocab_size)):  # fmt: skip
+        for name, values, rows in (
+            ("token id", ids, self.config.vocab_size),
+            ("token type", types, self.config.type_vocab_size),
+        ):
             outside = values[(values < 0) | (values >= rows)]
             if outside.size:
                 raise IndexError(f"{name} {outside[0]} is out of the model's range 0..{rows - 1}")

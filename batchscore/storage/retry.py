@@ -64,8 +64,14 @@ class Retry:
         with self.lock:
             self.count += 1
         delay = self.first_delay_s * 2 ** (attempt - 1)
-        log.warning("%s: %s; retrying in %.1f s (try %d of %d)", what, exc, delay, attempt + 1,
-                    self.attempts)  # fmt: skip
+        log.warning(
+            "%s: %s; retrying in %.1f s (try %d of %d)",
+            what,
+            exc,
+            delay,
+            attempt + 1,
+            self.attempts,
+        )
         time.sleep(delay)
         return True
 
