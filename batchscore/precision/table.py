@@ -16,7 +16,7 @@ import torch
 
 from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import Precision as PrecisionName
-from batchscore.precision.int8_linear import int8_available, int8_problem
+from batchscore.precision.int8_linear import int8_available, int8_problem, weight_levels
 
 
 def bf16_native(device: torch.device) -> bool:
@@ -83,11 +83,16 @@ class Precision:
     speedup: Callable[[torch.device], float] = lambda device: 1.0
     # why this torch build cannot run it on the device at all (a missing kernel), or None
     missing: Callable[[torch.device], str | None] = lambda device: None
+    # whether OpenVINO's CPU runtime takes a native encoder at it on this device (where it does
+    # not, a model stays on torch, and misses the 1.2x OpenVINO gives fp32: `measure.auto`)
+    openvino: Callable[[torch.device], bool] = lambda device: device.type == "cpu"
 
 
 PRECISIONS: dict[str, Precision] = {
     "fp32": Precision(torch.float32, lambda device: True, gated=False),
-    "fp16": Precision(torch.float16, fp16_native, speedup=fp16_speedup),
+    "fp16": Precision(
+        torch.float16, fp16_native, speedup=fp16_speedup, openvino=lambda device: False
+    ),
     "bf16": Precision(torch.bfloat16, bf16_native, speedup=bf16_speedup),
     # int8's Linear layers go int8 once calibrated; everything else stays float32 (`int8.py`).
     # Its calibration compares output vectors, which generated text does not have.
@@ -98,6 +103,8 @@ PRECISIONS: dict[str, Precision] = {
         calibrated=True,
         missing=int8_missing,
         speedup=int8_speedup,
+        # OpenVINO multiplies int8 on VNNI or AMX units only (`runtime.bert_openvino`)
+        openvino=lambda device: device.type == "cpu" and weight_levels() == 127,
     ),
 }
 # The job file's vocabulary is these names plus "auto" (a choice among them, see `choose`).

@@ -27,9 +27,9 @@ import pyarrow as pa
 
 from batchscore.errors import OverLimitError
 from batchscore.job.sections import Job
-from batchscore.measure.auto import calibration_s, outlook
+from batchscore.measure.auto import calibration_s, guessed_speedup, outlook
 from batchscore.measure.budget import longest_unit, model_shape, shape_budget
-from batchscore.measure.cache import DecisionCache, Entry, Measured
+from batchscore.measure.cache import DecisionCache, Entry
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
 from batchscore.measure.settle import concrete, machine_key
@@ -152,6 +152,7 @@ def estimate(
     if last is not None:
         scoring = last["wall_s"] - last["load_s"] - last["tuning_s"]
         rate, load_s = last["padded_tokens"] / scoring, last["load_s"]
+        runtime = last.get("runtime", "torch")
         basis = (
             f"the last run ({last.get('run_id', '?')}) on {last.get('device', '?')} in "
             f"{last['precision']}: {rate:,.0f} padded tokens per second of wall time"
@@ -159,7 +160,7 @@ def estimate(
         if last.get("from_gate"):  # its load was the gate's: the gate pass's share of its time
             load_s = max(last.get("phases", {}).get("loading", load_s), load_s)
     elif timing_rows is not None and timing_rows.num_rows:
-        rate, load_s, rows = timed_sample(job, model_path, timing_rows)
+        rate, load_s, rows, runtime = timed_sample(job, model_path, timing_rows)
         basis = (
             f"a timed sample on this machine ({rows} rows, {job.model.precision}): "
             f"{rate:,.0f} padded tokens per second of model time"
@@ -169,7 +170,7 @@ def estimate(
     padded = padding["padded_tokens"]
     sample = min(job.quality.sample_rows, planned["rows_to_score"])
     sample_tokens = padded * sample / max(planned["rows_to_score"], 1)
-    spend = Spend(job, model_path, rate, load_s, padded, sample_tokens, settled=settled)
+    spend = Spend(job, model_path, rate, load_s, padded, sample_tokens, runtime, settled)
     here = spend.auto(entry or Entry()) if auto else spend.fixed(entry or Entry())
     cold = spend.auto(Entry()) if auto else spend.fixed(Entry())
     startup = startup_s or 0.0
@@ -205,6 +206,7 @@ class Spend:
     load_s: float
     padded: float
     sample: float
+    runtime: str = "torch"  # where the starting precision's model ran (torch or openvino)
     settled: bool = False  # the folder's first run decided: nothing is measured again
 
     def fixed(self, entry: Entry) -> dict[str, Any]:
@@ -239,6 +241,7 @@ class Spend:
             load_s=self.load_s,
             tokens_per_s=self.rate,
             tokens_per_row=self.sample,
+            runtime=self.runtime,
         )
         left = max(self.padded - self.sample, 0.0)
         generating = generates(self.job.model, self.model_path)
@@ -250,9 +253,12 @@ class Spend:
             and (precision(p).generates or not generating)
         ]
         speed, chosen, measuring, guesses = self.rate, "fp32", 0.0, []
-        ranked = sorted(
-            candidates, key=lambda n: -(entry.measured.get(n) or guess(n, device)).speedup
-        )
+
+        def speedup(name: str) -> float:
+            known = entry.measured.get(name)
+            return known.speedup if known else guessed_speedup(name, device, reference)
+
+        ranked = sorted(candidates, key=lambda n: -speedup(n))
         for name in ranked:
             weighed = outlook(
                 name,
@@ -273,13 +279,9 @@ class Spend:
         return {"parts": parts, "precision": chosen, "guesses": guesses, "speed": speed}
 
 
-def guess(name: str, device: Any) -> Measured:
-    return Measured(speedup=precision(name).speedup(device), load_s=0.0)
-
-
-def timed_sample(job: Job, model_path: Path, table: pa.Table) -> tuple[float, float, int]:
-    """(padded tokens per second of model time, model load seconds, rows): the model at the
-    job's precision scores ``table`` (rows drawn from those to score) once warmed up."""
+def timed_sample(job: Job, model_path: Path, table: pa.Table) -> tuple[float, float, int, str]:
+    """(padded tokens per second of model time, model load seconds, rows, runtime): the model
+    at the job's precision scores ``table`` (rows drawn from those to score) once warmed up."""
     executor = Executor(job.model)
     start = time.perf_counter()
     task = load_at(job, model_path, executor, table)
@@ -291,7 +293,7 @@ def timed_sample(job: Job, model_path: Path, table: pa.Table) -> tuple[float, fl
         encoded, units, job.batching.max_tokens, max_rows=job.batching.max_rows, sort=sort
     )
     if not cut:
-        return 1.0, load_s, 0
+        return 1.0, load_s, 0, executor.runtime
     executor.run(lambda: task.forward(encoded, cut[0]))  # warm-up: first calls pay set-up costs
     before, padded = executor.busy_s, 0
     # in random order, so that stopping at TIMED_S leaves a fair share of short and long batches
@@ -301,7 +303,7 @@ def timed_sample(job: Job, model_path: Path, table: pa.Table) -> tuple[float, fl
         if executor.busy_s - before > TIMED_S:
             break
     seconds = max(executor.busy_s - before, 1e-9)
-    return padded / seconds, load_s, table.num_rows
+    return padded / seconds, load_s, table.num_rows, executor.runtime
 
 
 def check_limits(

@@ -4,6 +4,7 @@ cache folder a process or a job can name) and corrected by later runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -17,12 +18,13 @@ from hypothesis import strategies as st
 from batchscore.cli import main
 from batchscore.job.load import load_job
 from batchscore.job.sections import BatchingConfig, ModelConfig
-from batchscore.measure.auto import choose_auto, outlook
+from batchscore.measure.auto import choose_auto, guessed_speedup, outlook
 from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache_folder
 from batchscore.measure.gate import Trial
 from batchscore.measure.settle import machine_key
 from batchscore.models.locate import locate, model_identity
 from batchscore.pipeline.stages import sample_rows
+from batchscore.precision import table
 from batchscore.precision.int8_linear import int8_available
 from batchscore.precision.table import available
 from batchscore.recipes.driver import run_job
@@ -119,6 +121,20 @@ def test_a_faster_precision_is_tried_only_where_it_pays_for_itself():
         "int8", cpu, reference=reference(), left_tokens=mid, best_speed=10_000, known=None
     )
     assert guessed.guessed and "the device's guess" in guessed.describe()
+
+
+def test_the_guess_leaves_out_openvinos_gain_where_the_candidate_would_not_get_it(monkeypatch):
+    """fp32 on OpenVINO is 1.2x torch's; int8 without VNNI stays on torch, so its promise over
+    torch's fp32 is not a promise over the fp32 that ran (on an AVX2 EPYC: 1.05x, not 1.4x)."""
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(table, "weight_levels", lambda: 63)  # a CPU without VNNI
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx2": True})
+    on_torch, on_openvino = reference(), dataclasses.replace(reference(), runtime="openvino")
+    assert guessed_speedup("int8", cpu, on_torch) == pytest.approx(1.4)
+    assert guessed_speedup("int8", cpu, on_openvino) == pytest.approx(1.4 / 1.2)
+    monkeypatch.setattr(table, "weight_levels", lambda: 127)  # VNNI: OpenVINO takes int8 too
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_vnni": True})
+    assert guessed_speedup("int8", cpu, on_openvino) == pytest.approx(2.0)
 
 
 def test_a_small_job_scores_in_fp32_and_measures_nothing_beyond_the_gate_pass(job: Path):
