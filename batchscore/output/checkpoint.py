@@ -211,7 +211,7 @@ class Checkpoint:
             self.store.delete(SUCCESS)
 
     def save_report(self, rel: str, report: dict[str, Any]) -> None:
-        """Keep a run's report (``rel``: its `layout.report_name`); prune the oldest beyond
+        """Keep a run's report (``rel``: its `storage.layout.report_name`); prune the oldest beyond
         `MAX_REPORTS`, so a job re-run from cron for years keeps a bounded folder."""
         self.write_json(rel, report)
         names = sorted(fnmatch.filter(self.store.names(RUNS), "*.json"))

@@ -2,11 +2,11 @@
 
 The pending chunks come from the commit records (read, never changed); their rows go through
 the run's own reader and `where`, then the task's own encoding, built without its weights
-(`models.tasks.encoding`), and the run's own windows and sampler (`stages.windows`), so rows,
-tokens, batches and padding are what the run will meet. Above `sample_rows` rows to score,
-only a seeded random sample of rows is tokenized: the token total is then an estimate with a
-95% interval, and padding is measured by running the sampler on windows drawn from the sampled
-lengths. The time estimate is `batchscore.recipes.estimate`'s.
+(`models.tasks.encoding`), and the run's own windows and sampler
+(`pipeline.stages.windows`), so rows, tokens, batches and padding are what the run will meet.
+Above `sample_rows` rows to score, only a seeded random sample of rows is tokenized: the token
+total is then an estimate with a 95% interval, and padding is measured by running the sampler
+on windows drawn from the sampled lengths. The time estimate is `batchscore.recipes.estimate`'s.
 """
 
 from __future__ import annotations
