@@ -25,7 +25,7 @@ from batchscore.precision.table import bf16_native
 from batchscore.runtime import bert_openvino
 from batchscore.runtime.bert import BertEncoder, load_bert, read_shape
 from batchscore.runtime.bert_openvino import OpenVinoBert, openvino_bert
-from tests.models.test_bert import embeddings, min_cosine, padded_batch, tiny_bert
+from tests.runtime.test_bert import embeddings, min_cosine, padded_batch, tiny_bert
 
 pytestmark = pytest.mark.skipif(openvino_missing() is not None, reason=str(openvino_missing()))
 openvino = pytest.importorskip("openvino")  # where it is missing, so is the runtime
