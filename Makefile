@@ -105,12 +105,12 @@ bench-gpu: setup
 	$(BIN)/python scripts/bench_gpu.py
 
 lint: setup
-	$(BIN)/ruff check batchscore tests scripts
-	$(BIN)/ruff format --check batchscore tests scripts
+	$(BIN)/ruff check batchscore tests scripts docs
+	$(BIN)/ruff format --check batchscore tests scripts docs
 
 format: setup
-	$(BIN)/ruff check --fix batchscore tests scripts
-	$(BIN)/ruff format batchscore tests scripts
+	$(BIN)/ruff check --fix batchscore tests scripts docs
+	$(BIN)/ruff format batchscore tests scripts docs
 
 clean:
 	rm -rf out data models .pytest_cache

@@ -12,7 +12,7 @@ import numpy as np
 
 # Fixed cost of one forward call, in tokens: it stops the cut from splitting into many tiny batches
 # to save a few pad tokens, which would cost more in per-call overhead than the padding it avoids.
-# Measured with scripts/padding_study.py (BENCHMARKS.md): fp32 runs as fast at 16 to 128, bf16
+# Measured with docs/studies/padding_study.py (BENCHMARKS.md): fp32 runs as fast at 16 to 128, bf16
 # (whose per-token work is smaller next to the per-call cost) is fastest at 32 and 15% slower at 16.
 BATCH_OVERHEAD_TOKENS = 32
 

@@ -4,7 +4,7 @@
 call; oneDNN's ``_linear_pointwise`` takes a weight packed once into the layout its kernel reads.
 On this project's 2-core AMD EPYC (AVX2) that ran MiniLM's feed-forward matmuls 1.12-1.19x
 faster, the whole encoder 1.02-1.12x, and greedy generation 1.5-1.85x, where a decoder's
-steps multiply a few rows at a time (`scripts/packing_study.py`, BENCHMARKS.md). The packed
+steps multiply a few rows at a time (`docs/studies/packing_study.py`, BENCHMARKS.md). The packed
 copy follows its weight: a weight changed in place (or replaced) is packed again before its next
 call, and one cast to another dtype or moved off the CPU runs through ``F.linear``.
 """

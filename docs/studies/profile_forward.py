@@ -4,7 +4,7 @@ The matmuls (aten::addmm) are compared with the matmul peak `scripts/bench.py` m
 rest (attention, GELU, copies, layer norm) is the share no batching can remove, only operator
 fusion can.
 
-    PYTHONPATH=. python scripts/profile_forward.py --rows 64 --tokens 128
+    PYTHONPATH=. python docs/studies/profile_forward.py --rows 64 --tokens 128
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Interleaved rounds, each model's first round (new shapes) reported apart from th
 the rest; padded tokens per second, the largest difference of the hidden states from torch's
 at the same precision, and the worst cosine of the mean-pooled embeddings against fp32.
 
-    python scripts/runtime_study.py
+    python docs/studies/runtime_study.py
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from batchscore.runtime.bert import load_bert, read_shape
 from batchscore.runtime.bert_openvino import openvino_bert
 from batchscore.runtime.packing import pack_linears
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench
 import sample_corpus
 

@@ -4,7 +4,7 @@ Side by side in one process, interleaved rounds, medians: the native MiniLM enco
 weights over a few batch shapes, and greedy generation with randomly initialised models shaped
 like T5-small and BART-large (the same tokens either way is checked, not assumed).
 
-    python scripts/packing_study.py
+    python docs/studies/packing_study.py
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ weights) take turns over all batches, so machine load hits both alike. Start-up 
 start to the first batch's result, beside `python -c "import torch"` in the same run; the
 verdict weighs what compiling adds to it (warm-cache start less eager start).
 
-    python scripts/compile_study.py                       # the run in BENCHMARKS.md
-    python scripts/compile_study.py --rows 200 --passes 1 # a quick look
+    python docs/studies/compile_study.py                       # the run in BENCHMARKS.md
+    python docs/studies/compile_study.py --rows 200 --passes 1 # a quick look
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402
 

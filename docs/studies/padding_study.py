@@ -7,7 +7,7 @@ charges (`batchscore.pipeline.sampler.BATCH_OVERHEAD_TOKENS`). Part 2: MiniLM th
 repeated (medians), because fewer padded tokens is only a gain while batches stay large enough
 to run the matmuls well.
 
-    PYTHONPATH=. python scripts/padding_study.py
+    PYTHONPATH=. python docs/studies/padding_study.py
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import sample_corpus
 

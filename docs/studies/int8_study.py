@@ -5,7 +5,7 @@ timed passes are interleaved (fp32, bf16, int8, ... then again) so load from oth
 shared machine falls on all of them alike, and medians are reported. Quality is the cosine of each
 row's embedding with fp32's, worst row and mean.
 
-    PYTHONPATH=. python scripts/int8_study.py --texts 1000 --repeats 5
+    PYTHONPATH=. python docs/studies/int8_study.py --texts 1000 --repeats 5
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import sample_corpus
 
