@@ -68,15 +68,18 @@ def job_file(folder: Path, data: Path, task: str, **model: object) -> Path:
     return path
 
 
-def run(job: Path, cache: Path) -> dict:
+def run(job: Path, cache: Path) -> dict | None:
     """`batchscore run` in a fresh process with ``cache`` as its cache folder, into an empty
-    output folder; its run report plus the whole process's seconds."""
+    output folder; its run report plus the whole process's seconds. None where the job's fixed
+    precision fails the quality gate (exit 8): no setting a user could keep."""
     bench.set_aside(job.parent / "out")
     env = {**os.environ, "BATCHSCORE_CACHE_DIR": str(cache)}
     command = [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off"]
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    if done.returncode == 8:
+        return None
     if done.returncode != 0:
         raise SystemExit(f"{job} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     report = json.loads(
@@ -162,19 +165,26 @@ def main() -> None:
             if not emulated or size <= EMULATED_ROWS:  # emulated bf16 takes ~7 min at 3,640 rows
                 st["bf16" + emulated] = []
             plans: list[tuple[float, float]] = []
+            refused: set[str] = set()
             for _ in range(args.repeats):
                 for name, job in jobs.items():
+                    if name in refused:
+                        continue
                     with tempfile.TemporaryDirectory() as empty:
                         cache = Path(empty) if name != "default, warm" else warm
                         if name == "default, cold":
                             guess = estimate(job, cache)
-                        runs[name].append(run(job, cache))
+                        result = run(job, cache)
+                        if result is None:
+                            refused.add(name)
+                            continue
+                        runs[name].append(result)
                         if name == "default, cold":
                             plans.append((guess, runs[name][-1]["process_s"]))
                 if task == "embed":
                     for name, times in st.items():
                         times.append(st_run(data, name.split()[0]))
-            report(task, size, runs, st if task == "embed" else {}, plans)
+            report(task, size, runs, st if task == "embed" else {}, plans, refused)
 
 
 def report(
@@ -183,11 +193,15 @@ def report(
     runs: dict[str, list[dict]],
     st: dict[str, list[float]],
     plans: list[tuple[float, float]],
+    refused: set[str],
 ) -> None:
     print(f"{task}, {size:,} rows:")
     print(f"  {'variant':<28} {'process s':>9} {'measuring s':>11} {'share':>6}  chose")
     seconds = {}
     for name, rs in runs.items():
+        if name in refused:
+            print(f"  {name:<28} fails the quality gate (exit 8): not a setting to keep")
+            continue
         process = statistics.median(r["process_s"] for r in rs)
         meas = statistics.median(measuring(r) for r in rs)
         seconds[name] = process
