@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 log = logging.getLogger("batchscore")
 MAX_POINTS = 240  # timeline points kept: enough for a smooth chart, small in the report JSON
+ROUNDING = 1e-6  # thirds of a row that add up to 0.9999999 still make a whole row
+FALLBACK_COLUMNS = 80
+FALLBACK_ROWS = 20  # tqdm's own default, where the terminal says nothing
 
 
 class Timeline:
@@ -63,7 +69,9 @@ class Progress:
         delay_s: float = 0.0,
     ) -> None:
         self.mode, self.every_s, self.total = mode, every_s, total_rows
-        self.rows, self.tokens = 0.0, 0
+        # a row scored as several units (sentences, windows) advances by fractions; the bar
+        # and the log lines count whole rows, `shown` of them so far
+        self.rows, self.tokens, self.shown = 0.0, 0, 0
         self.first_batch_at: float | None = None  # wall clock: when the first batch was scored
         self.start = self.last = time.perf_counter()
         self.timeline = Timeline(busy)
@@ -72,7 +80,7 @@ class Progress:
         if mode == "bar":
             self.redirect = logging_redirect_tqdm()  # the root logger's console handler
             self.redirect.__enter__()
-            self.bar = tqdm(total=total_rows, unit="row", dynamic_ncols=True, delay=delay_s)
+            self.bar = tqdm(total=total_rows, unit="row", delay=delay_s, **bar_width(sys.stderr))
 
     def advance(self, rows: float, tokens: int) -> None:
         if self.first_batch_at is None and tokens:
@@ -82,19 +90,21 @@ class Progress:
         self.timeline.sample(self.rows, self.tokens)
         now = time.perf_counter()
         rate = self.tokens / max(now - self.start, 1e-9)
+        whole = min(math.floor(self.rows + ROUNDING), self.total)
         if self.bar is not None:
-            self.bar.update(rows)
             self.bar.set_postfix_str(f"{rate:,.0f} tok/s", refresh=False)
+            self.bar.update(whole - self.shown)
         elif self.mode == "log" and now - self.last >= self.every_s:
             self.last = now
             log.info(
-                "%.0f/%d rows (%.1f%%), %.1f rows/s, %.0f tokens/s",
-                self.rows,
+                "%d/%d rows (%.1f%%), %.1f rows/s, %.0f tokens/s",
+                whole,
                 self.total,
-                100 * self.rows / max(self.total, 1),
-                self.rows / (now - self.start),
+                100 * whole / max(self.total, 1),
+                whole / (now - self.start),
                 rate,
             )
+        self.shown = whole
 
     def close(self) -> None:
         self.timeline.sample(self.rows, self.tokens, force=True)
@@ -103,6 +113,20 @@ class Progress:
         if self.redirect is not None:
             self.redirect.__exit__(None, None, None)
             self.redirect = None
+
+
+def bar_width(stream: TextIO) -> dict[str, Any]:
+    """tqdm's width: the terminal's, followed as it is resized; or, on a terminal that reports
+    no size (a serial console, some containers and CI runners, where tqdm would draw an empty
+    line), a fixed `FALLBACK_COLUMNS`. The rows too: tqdm reads such a terminal as -1 rows high
+    and then draws no bar at all."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        columns = 0
+    if columns:
+        return {"dynamic_ncols": True}
+    return {"ncols": FALLBACK_COLUMNS, "nrows": FALLBACK_ROWS}
 
 
 @contextlib.contextmanager
