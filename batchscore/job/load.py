@@ -20,7 +20,7 @@ from batchscore.job.paths import overlap_problem
 from batchscore.job.prompt import template_problem
 from batchscore.job.revision import revision_problem
 from batchscore.job.runtimes import runtime_problem
-from batchscore.job.schema import build, coerce, describe, did_you_mean, show
+from batchscore.job.schema import build, choices, coerce, describe, did_you_mean, show
 from batchscore.job.sections import (
     DEFAULT_MODEL,
     SECTIONS,
@@ -38,13 +38,17 @@ from batchscore.job.where import where_problem
 
 RAY_MAX_TOKENS = 16384  # a Ray job's budget when it names none (see job_from_dict)
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+# what [batching].max_tokens is, said where a message names it: vLLM and transformers use the
+# name for the tokens generated per row, which is [generate].max_new_tokens here
+BUDGET = "the token budget of one batch, rows x padded length, not the tokens to generate"
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Split ``section.key=value``; the value is read as TOML, else taken as a bare string."""
+def parse_override(text: str, origin: str = "--set") -> tuple[list[str], Any]:
+    """Split ``section.key=value``; the value is read as TOML, else taken as a bare string.
+    ``origin`` names where it came from in a message (``--set``, or the API's ``overrides``)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise JobError(f"--set {text}: expected section.key=value")
+        raise JobError(f"{origin} {text}: expected section.key=value")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -52,11 +56,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> None:
+def apply_overrides(raw: dict[str, Any], overrides: list[str], origin: str = "--set") -> None:
     """Apply ``--set`` overrides to the raw TOML tables in place."""
     for text in overrides:
-        keys, value = parse_override(text)
-        set_key(raw, keys, value, f"--set {text}")
+        keys, value = parse_override(text, origin)
+        set_key(raw, keys, value, f"{origin} {text}")
 
 
 def apply_values(raw: dict[str, Any], overrides: Mapping[str, Any], origin: str) -> None:
@@ -112,7 +116,8 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
         problems.append(f"{source}: name: expected a non-empty string, got {show(name)}")
     engine = raw.pop("engine", "local")
     if not coerce(engine, Engine)[0]:
-        problems.append(f"{source}: engine: expected {describe(Engine)}, got {show(engine)}")
+        hint = did_you_mean(engine, choices(Engine)) if isinstance(engine, str) else ""
+        problems.append(f"{source}: engine: expected {describe(Engine)}, got {show(engine)}{hint}")
     for key, value in raw.items():
         if key not in SECTIONS:
             problems.append(f"{source}: [{key}]: unknown section{did_you_mean(key, SECTIONS)}")
@@ -121,6 +126,8 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
 
     def section(key: str, **extra: Any) -> Any:
+        if key in raw and key not in tables:  # not a table: said above, once
+            return None
         return build(SECTIONS[key], tables.get(key, {}), f"{source}: [{key}]", problems, **extra)
 
     inp = section("input")
@@ -157,7 +164,8 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     if model and fixed_budget and model.max_length and batching.max_tokens < model.max_length:
         problems.append(
             f"{source}: [batching].max_tokens: {batching.max_tokens} is below "
-            f"[model].max_length {model.max_length}, so one long row could never fit"
+            f"[model].max_length {model.max_length}, so one long row could never fit (it is "
+            f"{BUDGET})"
         )
     if model and inp and batching and task:
         found = task_problems(task, inp=inp, model=model, batching=batching)
@@ -217,7 +225,7 @@ def task_problems(
             problems.append(
                 f"[batching].max_tokens: {batching.max_tokens} is below [model]."
                 f"max_length + [generate].max_new_tokens ({model.max_length} + "
-                f"{options.max_new_tokens}), so one long row could never fit"
+                f"{options.max_new_tokens}), so one long row could never fit (it is {BUDGET})"
             )
     if isinstance(options, TensorConfig):
         count = len(inp.features)

@@ -24,6 +24,16 @@ def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
     return f' (did you mean "{close[0]}"?)' if close else ""
 
 
+def choices(annotation: Any) -> list[str]:
+    """The words a key accepts (its ``Literal`` choices, in a union too), for a "did you mean"."""
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return [str(a) for a in typing.get_args(annotation) if isinstance(a, str)]
+    if origin in (typing.Union, types.UnionType):
+        return [word for a in typing.get_args(annotation) for word in choices(a)]
+    return []
+
+
 def describe(annotation: Any) -> str:
     """Say in words what values an annotation accepts, for error messages."""
     origin = typing.get_origin(annotation)
@@ -109,12 +119,16 @@ def build(cls: type, table: dict[str, Any], where: str, problems: list[str], **e
             problems.append(f"{where}.{key}: must be at most {high}, got {show(value)}")
             failed = True
         elif not ok:
-            problems.append(f"{where}.{key}: expected {describe(hints[key])}, got {show(value)}")
+            hint = did_you_mean(value, choices(hints[key])) if isinstance(value, str) else ""
+            problems.append(
+                f"{where}.{key}: expected {describe(hints[key])}, got {show(value)}{hint}"
+            )
             failed = True
         else:
             values[key] = converted
     for name, f in fields.items():
-        if name not in values and f.default is MISSING and f.default_factory is MISSING:
+        given = name in table  # a key given with a bad value has its message already
+        if not given and f.default is MISSING and f.default_factory is MISSING:
             problems.append(f"{where}.{name}: required key is missing")
             failed = True
     return None if failed else cls(**values)

@@ -50,7 +50,8 @@ def test_all_errors_at_once_each_naming_file_and_key(tmp_path: Path):
     )
     found = problems(path)
     expected = [
-        '[model].precision: expected one of fp32, fp16, bf16, int8, auto, got "fp61"',
+        '[model].precision: expected one of fp32, fp16, bf16, int8, auto, got "fp61" '
+        '(did you mean "fp16"?)',
         '[model].max_lenght: unknown key (did you mean "max_length"?)',
         '[batching].max_tokens: expected an integer or one of auto, got "lots"',
         "[batching].max_rows: must be at least 1, got 0",
@@ -77,6 +78,22 @@ def test_device_and_name_path_conflicts(tmp_path: Path):
 def test_budget_must_hold_the_longest_row(tmp_path: Path):
     path = minimal(tmp_path, model={"max_length": 512}, batching={"max_tokens": 256})
     assert "[batching].max_tokens: 256 is below [model].max_length 512" in problems(path)[0]
+
+
+def test_the_tokens_to_generate_are_max_new_tokens_and_the_budget_says_what_it_is(tmp_path):
+    """vLLM's and transformers' max_tokens is the tokens to generate; here that is
+    max_new_tokens, and [batching].max_tokens says it is one batch's budget."""
+    model = {"task": "generate", "path": "m", "max_length": 64}
+    path = minimal(tmp_path, model=model, generate={"max_tokens": 32})
+    assert problems(path) == [
+        f'{path}: [generate].max_tokens: unknown key (did you mean "max_new_tokens"?)'
+    ]
+    path = minimal(tmp_path, model=model, batching={"max_tokens": 80})
+    assert problems(path) == [
+        f"{path}: [batching].max_tokens: 80 is below [model].max_length + "
+        "[generate].max_new_tokens (64 + 64), so one long row could never fit (it is the token "
+        "budget of one batch, rows x padded length, not the tokens to generate)"
+    ]
 
 
 def test_overrides_read_toml_values(tmp_path: Path):
@@ -140,3 +157,34 @@ def test_engine_ray_section_and_where(tmp_path: Path):
 def test_urls_pass_through_unresolved(tmp_path: Path):
     job = load_job(minimal(tmp_path), ['input.path="s3://b/docs/"', 'output.path="s3://b/out"'])
     assert job.input.path == ("s3://b/docs/",) and job.output.path == "s3://b/out"
+
+
+def test_one_message_per_mistake_with_a_did_you_mean_for_values(tmp_path: Path):
+    """A wrong value gets one message, naming the key, the choices and the closest of them;
+    a key given with a wrong value is not also "missing"."""
+    path = minimal(tmp_path, model={"task": "embedding", "precision": "fp16x", "runtime": "ov"})
+    assert sorted(problems(path)) == [
+        f'{path}: [model].precision: expected one of fp32, fp16, bf16, int8, auto, got "fp16x" '
+        '(did you mean "fp16"?)',
+        f'{path}: [model].runtime: expected one of auto, torch, openvino, got "ov"',
+        f"{path}: [model].task: expected one of embed, classify, generate, summarize, tensor, "
+        'got "embedding" (did you mean "embed"?)',
+    ]
+    path = minimal(tmp_path, output={"on_error": "skipp"}, batching={"max_tokens": "autoo"})
+    assert sorted(problems(path)) == [
+        f'{path}: [batching].max_tokens: expected an integer or one of auto, got "autoo" '
+        '(did you mean "auto"?)',
+        f'{path}: [output].on_error: expected one of fail, skip, got "skipp" '
+        '(did you mean "skip"?)',
+    ]
+
+
+def test_a_section_that_is_no_table_is_said_once(tmp_path: Path):
+    path = tmp_path / "job.toml"
+    path.write_text('input = "data"\n[model]\ntask = "embed"\n[output]\npath = "out"\n')
+    assert problems(path) == [f'{path}: input: expected a [input] table, got "data"']
+    text = 'engine = "rey"\n[input]\npath = "d"\n[model]\ntask = "embed"\n[output]\npath = "o"\n'
+    path.write_text(text)
+    assert problems(path) == [
+        f'{path}: engine: expected one of local, ray, got "rey" (did you mean "ray"?)'
+    ]
