@@ -1,10 +1,19 @@
-"""Hugging Face ids, found offline in the local Hugging Face cache, where transformers finds them.
+"""Hugging Face ids, found offline in the local Hugging Face cache by huggingface_hub itself.
 
-The cache is the one `huggingface_hub` fills: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
-``~/.cache/huggingface/hub`` (``$XDG_CACHE_HOME`` moves ``~/.cache``). A model lives in
-``models--{org}--{name}``: its files in ``snapshots/{commit}/`` (links into ``blobs/``), and each
-branch or tag it has fetched in ``refs/{revision}``, a file holding that revision's commit. Only
-files are read; nothing is ever downloaded.
+Inside the cache, the layout (``models--{org}--{name}``, ``refs/{branch or tag}`` naming a
+commit, ``snapshots/{commit}/``) is huggingface_hub's to read: `snapshot` asks
+``snapshot_download(local_files_only=True)``, which resolves a branch, tag or commit hash to its
+snapshot folder as transformers and sentence-transformers would, and knows a snapshot its own
+download left incomplete. Nothing is ever downloaded.
+
+The cache folder itself is named here, per call, from the variables the caller passes
+(`hub_cache`, by huggingface_hub's own rules): huggingface_hub reads ``HF_HOME`` and
+``HF_HUB_CACHE`` once, when it is imported, so a process that sets them later (a notebook, a
+test, a scheduler's wrapper) would be searched in the old place; and no module here reads the
+environment behind its caller's back.
+
+huggingface_hub is imported on the first look-up of an id (about 0.17 s, measured with
+``python -X importtime``), so a job with the built-in model or a local path never pays for it.
 """
 
 from __future__ import annotations
@@ -14,11 +23,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from batchscore.errors import ModelError
 from batchscore.job.revision import revision_problem
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
-# What huggingface_hub accepts as a repository id: an optional namespace, then a name.
-REPO_ID = re.compile(r"(?:[\w][\w.-]{0,95}/)?[\w][\w.-]{0,95}")
 
 
 def hub_cache(env: Mapping[str, str]) -> Path:
@@ -33,30 +41,52 @@ def hub_cache(env: Mapping[str, str]) -> Path:
 
 
 def is_repo_id(name: str) -> bool:
-    """Whether ``name`` can be a Hugging Face model id ("org/name", or a bare legacy "name")."""
-    return bool(REPO_ID.fullmatch(name)) and "--" not in name and ".." not in name
+    """Whether ``name`` can be a Hugging Face model id ("org/name", or a bare legacy "name"),
+    by huggingface_hub's own rule."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
 
 
 def repo_folder(cache: Path, repo_id: str) -> Path:
-    """The folder one model's files live in, inside the cache."""
-    return cache / ("models--" + repo_id.replace("/", "--"))
+    """The folder one model's files live in, inside the cache (for messages)."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    return cache / repo_folder_name(repo_id=repo_id, repo_type="model")
 
 
 def snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | None:
-    """The snapshot folder of ``repo_id`` at ``revision`` (default "main"), or None when the
-    cache does not hold it. A commit hash names its snapshot; a branch or tag goes through refs."""
-    folder = repo_folder(cache, repo_id)
-    revision = revision or "main"
-    if COMMIT.fullmatch(revision):
-        commit = revision
-    else:
-        ref = folder / "refs" / revision
-        # an absolute path or a "..", say, is no ref name: never read (validate refuses it)
-        if revision_problem(revision) or not ref.is_file():
-            return None
-        commit = ref.read_text(encoding="utf-8").strip()
-    found = folder / "snapshots" / commit
-    return found if COMMIT.fullmatch(commit) and found.is_dir() else None
+    """The snapshot folder of ``repo_id`` at ``revision`` (default "main") in ``cache``, or None
+    when the cache does not hold it; `ModelError` for a snapshot the cache knows is incomplete.
+
+    A revision that is no ref name (an absolute path, a "..": `[model].revision` refuses them)
+    is never handed on, and a ref that names anything but a commit finds nothing: no file
+    outside the repository's own snapshots is ever read as a model.
+    """
+    if revision is not None and revision_problem(revision):
+        return None
+    if not is_repo_id(repo_id):
+        return None
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        found = Path(
+            snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=True)
+        )
+    except LocalEntryNotFoundError as exc:
+        incomplete = getattr(exc, "snapshot_path", None)  # IncompleteSnapshotError's
+        if incomplete is not None:
+            raise ModelError(f'[model].name: "{repo_id}": {exc}') from None
+        return None
+    # huggingface_hub resolves the cache folder (links included) before it joins the rest
+    inside = found.parent == repo_folder(cache.expanduser().resolve(), repo_id) / "snapshots"
+    return found if inside and COMMIT.fullmatch(found.name) and found.is_dir() else None
 
 
 def fetch_command(repo_id: str, revision: str | None) -> str:

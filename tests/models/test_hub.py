@@ -154,3 +154,37 @@ def test_revision_belongs_to_a_hub_id(tmp_path):
     job = write_job(tmp_path / "j.toml", input={"path": "in"}, model=model, output={"path": "o"})
     with pytest.raises(JobError, match=r"\[model\].revision: .* a local \[model\].path has none"):
         load_job(job)
+
+
+def test_the_cache_is_found_where_the_variables_say_now(cache, tmp_path, monkeypatch):
+    """huggingface_hub reads HF_HOME / HF_HUB_CACHE once, when imported; a look-up follows
+    the variables as they are at the time of the call (a notebook may set them later)."""
+    import huggingface_hub.constants
+
+    imported_with = huggingface_hub.constants.HF_HUB_CACHE
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert Path(huggingface_hub.constants.HF_HUB_CACHE) == Path(imported_with) != cache
+    found = locate(ModelConfig(task="embed", name="acme/tiny-embed"))
+    assert found == cache / "models--acme--tiny-embed" / "snapshots" / NEW
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))
+    with pytest.raises(ModelError, match=f"searched {tmp_path / 'elsewhere'}"):
+        locate(ModelConfig(task="embed", name="acme/tiny-embed"))
+
+
+def test_a_snapshot_the_hub_knows_is_incomplete_is_refused(cache, tmp_path):
+    """huggingface_hub records the file list of each commit it fetched; a snapshot missing
+    some of them (a download cut off) is a model error naming them, not a half model."""
+    from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
+
+    partial = tmp_path / "hub"
+    source = cache / "models--acme--tiny-embed" / "snapshots" / OLD
+    snapshot = cache_model(partial, "acme/partial", source, OLD, ("main",))
+    listed = {
+        str(p.relative_to(snapshot)): TreeCacheEntry(size=p.stat().st_size, blob_id="0" * 40)
+        for p in snapshot.rglob("*")
+        if p.is_file()
+    }
+    listed["model-00002-of-00002.safetensors"] = TreeCacheEntry(size=1, blob_id="1" * 40)
+    write_tree_cache(str(partial / "models--acme--partial"), OLD, listed)
+    with pytest.raises(ModelError, match=r"incomplete.*model-00002-of-00002\.safetensors"):
+        locate(ModelConfig(task="embed", name="acme/partial"), {"HF_HUB_CACHE": str(partial)})
