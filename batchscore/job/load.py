@@ -218,6 +218,7 @@ def task_problems(
         if problem:
             problems.append(f"{where}.prompt: {problem}")
     if isinstance(options, GenerateConfig):
+        problems += [f"{where}.{problem}" for problem in options.problems()]
         if options.do_sample and options.num_beams > 1:
             problems.append(f"{where}.do_sample: sampling with num_beams > 1 is not supported")
         budget, longest = batching.max_tokens, (model.max_length or 0) + options.max_new_tokens

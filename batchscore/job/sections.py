@@ -26,6 +26,9 @@ MAX_CHUNK_ROWS = 10_000_000  # rows in one unit of commit
 MAX_SAMPLE_ROWS = 1 << 16  # rows the quality gate scores twice
 MAX_NEW_TOKENS = 1 << 15  # tokens generated per row
 MAX_BEAMS = 64
+MAX_STOP_STRINGS = 16  # [generate].stop: each is matched to the vocabulary when the model loads
+MAX_STOP_CHARS = 256  # characters of one stop string: each step looks back over as many tokens
+MAX_REPETITION_PENALTY = 100.0  # [generate].repetition_penalty, and 1 / it the least
 MAX_TOP_K = 1 << 18  # above every vocabulary's size, where top-k is off anyway
 MAX_SENTENCES = 1 << 16  # sentences of one document ranked (and kept) by extractive summarize
 MAX_FEATURES = 1 << 20  # values in one row's feature vector
@@ -153,6 +156,9 @@ class GenerateConfig:
 
     Greedy unless ``num_beams > 1`` (beam search) or ``do_sample`` (seeded sampling, where
     ``temperature``, ``top_k`` (0: off) and ``top_p`` (1: off) shape the distribution).
+    ``chat`` wraps each row's prompt as the user turn of the model's chat template (after a
+    ``system`` message, if given); ``stop`` ends a row at the first of these strings (not
+    written); ``repetition_penalty`` is transformers' (1: off; None: the model's own, if any).
     """
 
     prompt: str | None = None
@@ -163,6 +169,33 @@ class GenerateConfig:
     top_k: int = field(default=0, metadata={"min": 0, "max": MAX_TOP_K})
     top_p: float = field(default=1.0, metadata={"min": 0.01, "max": 1.0})
     seed: int = field(default=0, metadata={"min": 0})
+    chat: bool = False
+    system: str | None = None
+    stop: tuple[str, ...] = ()
+    # Above 1 penalizes tokens already in the row (prompt included), below 1 favours them; past
+    # MAX_REPETITION_PENALTY either way a logit is scaled into noise, which only a typo asks for.
+    repetition_penalty: float | None = field(
+        default=None,
+        metadata={"min": 1 / MAX_REPETITION_PENALTY, "max": MAX_REPETITION_PENALTY},
+    )
+
+    def problems(self) -> list[str]:
+        """What is wrong with these keys together (each message starts with its key): bounds
+        the schema cannot state, on the stop strings' count and length."""
+        found = []
+        if self.system is not None and not self.chat:
+            found.append("system: a system message is a turn of the chat template; set chat = true")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            found.append(f"stop: at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}")
+        for text in self.stop:
+            if not text:
+                found.append("stop: an empty string would end every row before its first token")
+            elif len(text) > MAX_STOP_CHARS:
+                found.append(
+                    f"stop: {text[:20]!r}... is {len(text)} characters long; at most "
+                    f"{MAX_STOP_CHARS}"
+                )
+        return found
 
 
 @dataclass(frozen=True)

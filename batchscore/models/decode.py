@@ -1,11 +1,13 @@
 """How tokens are chosen: the job's decoding settings over the model's own generation config.
 
-The job decides the strategy and the length (greedy unless it asks for beams or sampling); the
-model's ``generation_config.json`` still supplies its constraints (EOS ids, forced BOS/EOS, banned
-n-grams, a beam length penalty). Sampling is done by `RowSampler`, which draws every row's tokens
+The job decides the strategy and the length (greedy unless it asks for beams or sampling), and
+may set a repetition penalty; the model's ``generation_config.json`` still supplies its
+constraints (EOS ids, forced BOS/EOS, banned n-grams, a beam length penalty, its own repetition
+penalty where the job sets none). Sampling is done by `RowSampler`, which draws every row's tokens
 from that row's own random stream, seeded by the job's seed and the row's prompt, so a sampled
 output does not depend on which rows share its batch, window, chunk or run. `Picker` chooses tokens
-the same way for the continuous scheduler (`batchscore.models.schedule`), which runs its own loop.
+the same way for the continuous scheduler (`batchscore.models.schedule`), which runs its own loop,
+the repetition penalty included. Stop strings are `batchscore.models.stops`'.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class Decoding:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    repetition_penalty: float | None = None  # None: the model's own, if it sets one
+    stop: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, options: Any) -> Decoding:
@@ -42,9 +46,12 @@ def generation_config(base: Any, decoding: Decoding, pad_id: int) -> Any:
     """A copy of the model's GenerationConfig with the job's strategy and length in force.
 
     Sampling runs as greedy search over `RowSampler`'s one-hot scores, so transformers' own
-    sampler (one random stream for the whole batch) is never used.
+    sampler (one random stream for the whole batch) is never used. Stop strings are left out:
+    `batchscore.models.stops` matches them (the model's own with the job's, `stop_strings`).
     """
     config = copy.deepcopy(base)
+    if decoding.repetition_penalty is not None:
+        config.repetition_penalty = decoding.repetition_penalty
     config.update(
         max_new_tokens=decoding.max_new_tokens,
         max_length=None,
@@ -56,15 +63,24 @@ def generation_config(base: Any, decoding: Decoding, pad_id: int) -> Any:
         top_p=None,
         pad_token_id=pad_id,
         use_cache=True,
+        stop_strings=None,
     )
     return config
 
 
+def stop_strings(base: Any, decoding: Decoding) -> tuple[str, ...]:
+    """The strings that end a row: the job's, then any the model's generation config names."""
+    own = getattr(base, "stop_strings", None)
+    own = [own] if isinstance(own, str) else list(own or [])
+    return tuple(dict.fromkeys([*decoding.stop, *own]))
+
+
 # Generation-config keys that change nothing `Picker` and the scheduler's loop do differently from
 # `generate` with `generation_config`: token ids, the strategy and length set above, sampling
-# warpers `generate` never applies (`RowSampler` samples), beam-only knobs, cache and output
-# options, metadata. Any other key (a repetition penalty, banned n-grams, forced tokens, stop
-# strings, ...) makes `generate` add a step of its own, so such a model decodes statically.
+# warpers `generate` never applies (`RowSampler` samples), the repetition penalty (`Picker`
+# applies it), beam-only knobs, cache and output options, metadata. Any other key (banned
+# n-grams, forced tokens, ...) makes `generate` add a step of its own, so such a model decodes
+# statically. (Stop strings are matched apart from `generate`: `generation_config` clears them.)
 LOOP_KEYS = frozenset(
     {
         "bos_token_id",
@@ -80,6 +96,7 @@ LOOP_KEYS = frozenset(
         "temperature",
         "top_k",
         "top_p",
+        "repetition_penalty",
         "min_p",
         "top_h",
         "typical_p",
@@ -174,20 +191,43 @@ class RowSampler:
         return onehot.scatter_(1, tokens, 0.0)
 
 
+def penalize(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """transformers' ``RepetitionPenaltyLogitsProcessor`` over float32 logits (rows x
+    vocabulary): where ``seen`` (rows x at least vocabulary) marks a token the row holds, a
+    positive logit is divided by ``penalty`` and a negative one multiplied, as it computes them."""
+    scores = logits.float()
+    hit = seen[:, : scores.shape[1]]
+    return torch.where(hit, torch.where(scores < 0, scores * penalty, scores / penalty), scores)
+
+
 class Picker:
     """Chooses each row's next token from its logits as `generate` does with `RowSampler`:
-    the argmax when greedy, else a draw from the row's own stream (`stream`)."""
+    the repetition ``penalty`` first (over the tokens each row has seen), then the argmax when
+    greedy, else a draw from the row's own stream (`stream`)."""
 
-    def __init__(self, decoding: Decoding) -> None:
+    def __init__(self, decoding: Decoding, penalty: float | None = None) -> None:
         self.seed = decoding.seed
         self.warpers = warpers(decoding) if decoding.do_sample else None
+        self.penalty = penalty if penalty is not None and penalty != 1.0 else None
+
+    @property
+    def penalizes(self) -> bool:
+        """Whether `__call__` needs each row's seen tokens."""
+        return self.penalty is not None
 
     def stream(self, prompt: np.ndarray) -> np.random.Generator | None:
         """A row's random stream, started from its prompt; None when decoding is greedy."""
         return None if self.warpers is None else row_seed(self.seed, prompt)
 
-    def __call__(self, logits: torch.Tensor, streams: list[Any]) -> torch.Tensor:
-        """The next token of each row of ``logits`` (rows x vocabulary)."""
+    def __call__(
+        self, logits: torch.Tensor, streams: list[Any], seen: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The next token of each row of ``logits`` (rows x vocabulary); ``seen`` marks the
+        tokens each row holds, prompt included, when `penalizes`."""
+        if self.penalty is not None:
+            if seen is None:
+                raise ValueError("a repetition penalty needs the tokens each row has seen")
+            logits = penalize(logits, seen, self.penalty)
         if self.warpers is None:
             return logits.argmax(dim=-1)
         return draw(self.warpers, logits, streams)[:, 0]

@@ -4,8 +4,9 @@ Whether a folder holds a generative model, and of which kind, is read from its c
 (``architectures``, ``is_encoder_decoder``), never from a name. Prompts are padded on the side
 the architecture needs so padding cannot change a row's output: an encoder reads right-padded
 rows under its attention mask, a decoder-only model continues left-padded rows (positions come
-from the mask), and each row's new tokens end at its first EOS. `transformers`' ``generate``
-does the decoding, with its KV cache.
+from the mask), and each row's new tokens end at its first EOS or stop string. `transformers`'
+``generate`` does the decoding, with its KV cache. With `[generate].chat` each row's prompt is
+the user turn of the model's chat template (`batchscore.models.chat`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, Qu
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, fields
+from batchscore.models.chat import Chat, has_chat_template, no_template
 from batchscore.models.decode import (
     Decoding,
     Picker,
@@ -28,12 +30,14 @@ from batchscore.models.decode import (
     eos_ids,
     generation_config,
     loop_decodes_alike,
+    stop_strings,
     trim,
 )
 from batchscore.models.locate import load_pretrained
 from batchscore.models.prompt import Prompt
 from batchscore.models.schedule import Limits, Prefixes, Schedule
 from batchscore.models.seats import Forward, plain_cache
+from batchscore.models.stops import Stops
 from batchscore.models.text import TextEncoder
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
@@ -74,8 +78,9 @@ def read_config(path: Path, trust_remote_code: bool) -> Any:
 
 
 class PromptEncoding:
-    """generate's encoding: one prompt per row, cut on the side the architecture continues from
-    (a decoder's start, keeping the end it continues), with room kept for the new tokens."""
+    """generate's encoding: one prompt per row (in the model's chat template when the job asks),
+    cut on the side the architecture continues from (a decoder's start, keeping the end it
+    continues), with room kept for the new tokens."""
 
     bucketing = True
 
@@ -92,9 +97,16 @@ class PromptEncoding:
         self.encoder = TextEncoder(path, model.max_length, trust, reserve, not self.seq2seq)
         self.prompt = Prompt(options.prompt, inp.text)
         self.inputs = self.prompt.columns
+        # [summarize] has no chat keys: an abstractive summary's prompt is the model's own format
+        chat = getattr(options, "chat", False)
+        self.chat = Chat(self.encoder.hf, options.system, path) if chat else None
 
     def encode(self, table: pa.Table) -> Encoded:
-        encoded = self.encoder.encode_rows(*self.prompt.render(table))
+        texts, rows, errors = self.prompt.render(table)
+        if self.chat is None:
+            encoded = self.encoder.encode_rows(texts, rows, errors)
+        else:
+            encoded = self.chat.encode(self.encoder, texts, rows, errors)
         encoded.reserve = self.new_tokens
         return encoded
 
@@ -121,13 +133,20 @@ class Generator:
         self.config = generation_config(module.generation_config, decoding, pad)
         forced = self.config.forced_eos_token_id
         self.forced_eos = {forced} if isinstance(forced, int) else set(forced or [])
+        strings = stop_strings(module.generation_config, decoding)
+        self.stops = Stops(strings, self.encoder.hf, self.encoder.path) if strings else None
+        # what a seq2seq decoder's tokens follow, as generate starts them: a stop string may
+        # begin there as it may in a decoder-only model's prompt
+        start = self.config.decoder_start_token_id
+        start = start if start is not None else self.config.bos_token_id
+        self.start = np.asarray([start] if isinstance(start, int) else [], dtype=np.int64)
         # Continuous batching runs its own decoding loop: only where that loop decodes as
         # `generate` does (greedy or seeded sampling, no beams, no extra logits steps) over a
         # plain KV cache whose rows it may move. Seq2seq models and the rest batch statically.
         self.continuous = (
             not self.seq2seq and loop_decodes_alike(self.config) and plain_cache(self.model)
         )
-        self.picker = Picker(decoding)
+        self.picker = Picker(decoding, self.config.repetition_penalty)
         self.prefixes = Prefixes()  # the shared prompt start's cache, kept across windows
 
     def stream(
@@ -135,7 +154,7 @@ class Generator:
     ) -> Schedule:
         """Continuous batching over prompts ``ids``, seated in their order under the budget
         (only when `continuous`); iterate it for (index into ids, new token ids) as rows end."""
-        limits = Limits(self.eos, self.decoding.max_new_tokens, max_tokens, max_rows)
+        limits = Limits(self.eos, self.decoding.max_new_tokens, max_tokens, max_rows, self.stops)
         return Schedule(
             Forward(self.model),
             ids,
@@ -148,35 +167,69 @@ class Generator:
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
         """Generate for one static batch with `generate`; returns each row's new token ids (an
         object array)."""
-        input_ids, mask = self.encoder.collate(ids, left=not self.seq2seq)
-        processors = []
-        if self.decoding.do_sample:
-            from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
-            processors = LogitsProcessorList([RowSampler(self.decoding, ids)])
+        input_ids, mask = self.encoder.collate(ids, left=not self.seq2seq)
+        processors = LogitsProcessorList()
+        if self.decoding.do_sample:
+            processors.append(RowSampler(self.decoding, ids))
+        criteria = StoppingCriteriaList()
+        if self.stops is not None:  # a seq2seq decoder's ids have no padding to hide
+            padding = np.zeros(len(ids)) if self.seq2seq else (mask == 0).sum(axis=1)
+            criteria.append(self.stops.criteria(padding))
         out = self.model.generate(
             input_ids=self.executor.tensor(input_ids),
             attention_mask=self.executor.tensor(mask),
             generation_config=self.config,
             logits_processor=processors,
+            stopping_criteria=criteria,
         )
         # seq2seq output starts with the decoder's start token; a decoder's repeats the prompt
         new = out[:, 1:] if self.seq2seq else out[:, input_ids.shape[1] :]
-        return trim(new.cpu().numpy(), self.eos)  # the device-to-host copy: a sync point
+        tokens = trim(new.cpu().numpy(), self.eos)  # the device-to-host copy: a sync point
+        if self.stops is not None:  # a row stopped by a string is padded after it: cut there
+            for i, context in enumerate(self.contexts(ids)):
+                end = self.stops.first(context, tokens[i])
+                tokens[i] = tokens[i][:end] if end is not None else tokens[i]
+        return tokens
 
-    def finish_reasons(self, tokens: list[np.ndarray]) -> list[str]:
-        """ "eos" when a row chose to stop, "length" when max_new_tokens stopped it.
+    def contexts(self, ids: list[np.ndarray]) -> list[np.ndarray]:
+        """What each row's new tokens follow, for prompts ``ids``: the prompt in a decoder-only
+        model, the decoder's start token in a seq2seq one."""
+        return [self.start] * len(ids) if self.seq2seq else list(ids)
+
+    def finish_reasons(self, tokens: list[np.ndarray], contexts: list[np.ndarray]) -> list[str]:
+        """ "eos" when a row chose to stop, "stop" when its last token completed a stop string
+        (after ``contexts``, see `contexts`), "length" when max_new_tokens stopped it.
 
         A model that forces EOS at the length limit (BART's ``forced_eos_token_id``) ends such
         rows with an EOS it did not choose; those count as "length".
         """
         limit = self.decoding.max_new_tokens
+        stopped = np.zeros(len(tokens), dtype=bool)
+        if self.stops is not None and len(tokens):
+            window = self.stops.window
+            pairs = zip(contexts, tokens, strict=True)
+            tails = [np.concatenate([c[-window:], t[-window:]]) for c, t in pairs]
+            stopped = self.stops.hits(tails) & np.array([len(t) > 0 for t in tokens])
         reasons = []
-        for row in tokens:
+        for row, stop in zip(tokens, stopped, strict=True):
             ended = len(row) > 0 and int(row[-1]) in self.eos
             forced = len(row) == limit and ended and int(row[-1]) in self.forced_eos
-            reasons.append("eos" if ended and not forced else "length")
+            reasons.append("eos" if ended and not forced else "stop" if stop else "length")
         return reasons
+
+    def written(
+        self, tokens: list[np.ndarray], contexts: list[np.ndarray], reasons: list[str]
+    ) -> list[str]:
+        """Each row's text: its tokens decoded, cut before the stop string that ended it."""
+        hf = self.encoder.hf
+        texts = hf.batch_decode([t.tolist() for t in tokens], skip_special_tokens=True)
+        for i, reason in enumerate(reasons):
+            if reason == "stop" and self.stops is not None:
+                head = contexts[i][-self.stops.window :].tolist()
+                texts[i] = self.stops.cut(texts[i], hf.decode(head, skip_special_tokens=True))
+        return texts
 
 
 class GenerateTask(Adapter):
@@ -196,6 +249,13 @@ class GenerateTask(Adapter):
     @classmethod
     def generates(cls, model: ModelConfig, path: Path) -> bool:
         return True
+
+    @classmethod
+    def check_files(cls, path: Path, options: Any, *, allow_pickle: bool) -> None:
+        """The model's files, and its chat template when the job asks for one."""
+        super().check_files(path, options, allow_pickle=allow_pickle)
+        if getattr(options, "chat", False) and not has_chat_template(path):
+            raise no_template(path)
 
     def __init__(
         self,
@@ -247,13 +307,15 @@ class GenerateTask(Adapter):
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         tokens = [np.asarray(t, dtype=np.int64) for t in results]
-        hf = self.generator.encoder.hf
-        texts = hf.batch_decode([t.tolist() for t in tokens], skip_special_tokens=True)
+        contexts = self.generator.contexts(encoded.ids)
+        reasons = self.generator.finish_reasons(tokens, contexts)
         return {
-            self.column: pa.array(texts, type=pa.string()),
+            self.column: pa.array(
+                self.generator.written(tokens, contexts, reasons), type=pa.string()
+            ),
             "prompt_tokens": pa.array(encoded.lengths, type=pa.int32()),
             "generated_tokens": pa.array([len(t) for t in tokens], type=pa.int32()),
-            "finish_reason": pa.array(self.generator.finish_reasons(tokens), type=pa.string()),
+            "finish_reason": pa.array(reasons, type=pa.string()),
         }
 
     def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:

@@ -10,9 +10,11 @@ sampler cuts static batches by: seats x (longest prompt + max_new_tokens) <= max
 most max_rows seats. Waiting rows are prefilled together once `REFILL` of the seats are free,
 since one call for several prompts costs little more than for one, then join the running batch.
 
-The start that the prompts share (a job's prompt template) is computed once (`Prefixes`) and each
-prefill reads its cache instead of computing it again. Tokens are chosen by `Picker` as
-`generate` chooses them, so a row's tokens are those it gets alone.
+The start that the prompts share (a job's prompt template, a chat template's system turn) is
+computed once (`Prefixes`) and each prefill reads its cache instead of computing it again.
+Tokens are chosen by `Picker` as `generate` chooses them (its repetition penalty included), and
+a row ends at EOS, at max_new_tokens or at a stop string (`Stops`, transformers' own matching),
+so a row's tokens are those it gets alone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 
 from batchscore.models.decode import Picker
 from batchscore.models.seats import Forward, Prefix, Seats
+from batchscore.models.stops import Stops
 
 # Share of the seats that must be free before waiting rows are prefilled to take them: lower
 # refills more often in smaller calls, higher leaves seats empty longer. scripts/generate_bench.py
@@ -71,11 +74,13 @@ class Prefixes:
 
 @dataclass
 class Row:
-    """A seated row: its place in the queue, the tokens it generated, its random stream."""
+    """A seated row: its place in the queue, the tokens it generated, its random stream, and
+    the end of its prompt that a stop string may begin in."""
 
     index: int
     size: int  # prompt + max_new_tokens: what the budget counts for it
     stream: Any
+    context: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
 
 
@@ -90,6 +95,7 @@ class Limits:
     max_new_tokens: int
     max_tokens: int
     max_rows: int
+    stops: Stops | None = None
 
 
 class Schedule:
@@ -136,7 +142,8 @@ class Schedule:
             if not seated:
                 continue
             tokens = torch.tensor([row.tokens[-1] for row in seated], device=seats.mask.device)
-            alive = yield from self.advance(seated, seats.step(self.forward, tokens))
+            logits = seats.step(self.forward, tokens)
+            alive = yield from self.advance(seated, logits, seats.seen)
             if len(alive) < len(seated):
                 seated = [seated[i] for i in alive]
                 if seated:
@@ -187,25 +194,42 @@ class Schedule:
         """Prefill ``group``'s prompts in one call (after ``use``, a prefix all of them start
         with) and pick each row's first token, as `prefill` returns."""
         prompts = [self.prompts[i] for i in group]
-        seats, logits = Seats.prefill(self.forward, prompts, use)
+        seats, logits = Seats.prefill(self.forward, prompts, use, track=self.picker.penalizes)
         self.prefills.append(np.asarray(group, dtype=np.int64))
         self.reused += len(use.tokens) * len(group) if use is not None else 0
-        rows = [Row(i, self.sizes[i], self.picker.stream(self.prompts[i])) for i in group]
-        alive = yield from self.advance(rows, logits)
+        stops = self.limits.stops
+        rows = [
+            Row(
+                i,
+                self.sizes[i],
+                self.picker.stream(self.prompts[i]),
+                self.prompts[i][-stops.window :].tolist() if stops else [],
+            )
+            for i in group
+        ]
+        alive = yield from self.advance(rows, logits, seats.seen)
         if not alive:
             return None
         if len(alive) < len(rows):
             seats.keep(torch.tensor(alive, device=seats.mask.device))
         return seats, [rows[i] for i in alive]
 
-    def advance(self, rows: list[Row], logits: torch.Tensor) -> Finishing[list[int]]:
-        """Give each row its next token; yields the rows that are done, returns the others'
-        positions in ``rows``."""
-        picked = self.picker(logits, [row.stream for row in rows]).tolist()
-        alive = []
-        for i, (row, token) in enumerate(zip(rows, picked, strict=True)):
+    def advance(
+        self, rows: list[Row], logits: torch.Tensor, seen: torch.Tensor | None
+    ) -> Finishing[list[int]]:
+        """Give each row its next token (``seen``: the tokens each holds, for the repetition
+        penalty); yields the rows that are done, returns the others' positions in ``rows``."""
+        picked = self.picker(logits, [row.stream for row in rows], seen).tolist()
+        for row, token in zip(rows, picked, strict=True):
             row.tokens.append(token)
-            if token in self.limits.eos or len(row.tokens) >= self.limits.max_new_tokens:
+        stops = self.limits.stops
+        stopped = None
+        if stops is not None:  # each row's last tokens, as many as a match looks back over
+            stopped = stops.hits([row.context + row.tokens[-stops.window :] for row in rows])
+        alive = []
+        for i, row in enumerate(rows):
+            ended = row.tokens[-1] in self.limits.eos or (stopped is not None and stopped[i])
+            if ended or len(row.tokens) >= self.limits.max_new_tokens:
                 yield row.index, np.asarray(row.tokens, dtype=np.int64)
             else:
                 alive.append(i)

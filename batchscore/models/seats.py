@@ -1,5 +1,6 @@
 """The running batch of continuous generation: each seated row's KV cache, attention mask and
-next position, kept in one `transformers` `DynamicCache`.
+next position, kept in one `transformers` `DynamicCache`, and (for a repetition penalty) the
+tokens each row holds.
 
 Rows are right-aligned: every row's newest token sits in the last column, so one decode step
 feeds each seat one token and appends one column. A row's history may hold padding anywhere
@@ -87,11 +88,13 @@ class Prefix:
 @dataclass
 class Seats:
     """Seated rows: their cache (rows x heads x width x dim per layer), ``mask`` (rows x width,
-    1 where a column holds the row's token) and each row's next position id."""
+    1 where a column holds the row's token), each row's next position id and, when tracked,
+    ``seen`` (rows x vocabulary + 1, true where the row holds that token: prompt and fed)."""
 
     cache: Any  # a transformers DynamicCache
     mask: torch.Tensor
     positions: torch.Tensor
+    seen: torch.Tensor | None = None
 
     @property
     def rows(self) -> int:
@@ -99,10 +102,16 @@ class Seats:
 
     @classmethod
     def prefill(
-        cls, forward: Forward, prompts: list[np.ndarray], prefix: Prefix | None = None
+        cls,
+        forward: Forward,
+        prompts: list[np.ndarray],
+        prefix: Prefix | None = None,
+        *,
+        track: bool = False,
     ) -> tuple[Seats, torch.Tensor]:
         """Run new rows' prompts (after ``prefix``, whose cache they read) in one left-padded
-        call; returns their seats and the logits of each row's first new token."""
+        call; returns their seats and the logits of each row's first new token. ``track``
+        keeps the tokens each row holds (`seen`)."""
         from transformers import DynamicCache
 
         device = forward.device
@@ -127,7 +136,10 @@ class Seats:
         else:
             cache = DynamicCache(config=forward.config)
         logits = forward(torch.from_numpy(ids).to(device), mask, positions, cache)
-        return cls(cache, mask, torch.from_numpy(lengths + start).to(device)), logits
+        seats = cls(cache, mask, torch.from_numpy(lengths + start).to(device))
+        if track:
+            seats.seen = holding(prompts, logits.shape[-1], device)
+        return seats, logits
 
     def step(self, forward: Forward, tokens: torch.Tensor) -> torch.Tensor:
         """Feed every seat its next token; returns each seat's logits for the token after it."""
@@ -135,12 +147,17 @@ class Seats:
         self.mask = torch.cat([self.mask, ones], dim=1)
         logits = forward(tokens.unsqueeze(1), self.mask, self.positions.unsqueeze(1), self.cache)
         self.positions = self.positions + 1
+        if self.seen is not None:
+            last = self.seen.shape[1] - 1  # ids past the vocabulary: a column nobody reads
+            self.seen.scatter_(1, tokens.clamp(max=last).unsqueeze(1), True)
         return logits
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only ``rows`` stay seated (the others finished)."""
         self.cache.batch_select_indices(rows)
         self.mask, self.positions = self.mask[rows], self.positions[rows]
+        if self.seen is not None:
+            self.seen = self.seen[rows]
 
     def join(self, other: Seats) -> None:
         """Seat ``other``'s rows after these, right-aligned, dropping columns no row uses."""
@@ -157,6 +174,19 @@ class Seats:
         self.cache = DynamicCache(ddp_cache_data=layers)
         self.mask = mask[:, used]
         self.positions = torch.cat([self.positions, other.positions])
+        if self.seen is not None and other.seen is not None:
+            self.seen = torch.cat([self.seen, other.seen])
+
+
+def holding(prompts: list[np.ndarray], vocab: int, device: torch.device) -> torch.Tensor:
+    """Rows x (vocab + 1) booleans, true where a prompt holds the token (ids past the vocabulary,
+    which the model cannot produce, land in the last column, as transformers drops them)."""
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), vocab, dtype=np.int64)
+    for i, prompt in enumerate(prompts):
+        ids[i, : len(prompt)] = np.minimum(prompt, vocab)
+    seen = torch.zeros(len(prompts), vocab + 1, dtype=torch.bool, device=device)
+    return seen.scatter_(1, torch.from_numpy(ids).to(device), True)
 
 
 def pad_left(tensor: torch.Tensor, width: int) -> torch.Tensor:

@@ -126,7 +126,9 @@ def test_seq2seq_beams_and_extra_logits_steps_fall_back_to_static(gpt2_path, t5_
     assert not make_task(gpt2_path, num_beams=2).continuous
     config = make_task(gpt2_path).generator.config
     assert loop_decodes_alike(config)
-    config.repetition_penalty = 1.3  # `generate` would add a step the loop does not have
+    config.repetition_penalty = 1.3  # the loop applies it as `generate` does
+    assert loop_decodes_alike(config)
+    config.suppress_tokens = [5]  # `generate` would add a step the loop does not have
     assert not loop_decodes_alike(config)
     config = generation_config(config, make_task(gpt2_path).generator.decoding, pad_id=0)
     config.no_repeat_ngram_size = 2

@@ -173,9 +173,8 @@ def test_trim_and_finish_reasons(bart_path):
     tokens = np.array([[5, 2, 1, 1], [5, 6, 7, 8], [2, 1, 1, 1]])
     assert [t.tolist() for t in trim(tokens, {2})] == [[5, 2], [5, 6, 7, 8], [2]]
     task = make_task(bart_path, max_new_tokens=4)  # BART forces EOS as its last token
-    reasons = task.generator.finish_reasons(
-        [np.array(t) for t in ([5, 2], [5, 6, 7, 2], [5, 6, 7, 8])]
-    )
+    tokens = [np.array(t) for t in ([5, 2], [5, 6, 7, 2], [5, 6, 7, 8])]
+    reasons = task.generator.finish_reasons(tokens, task.generator.contexts([np.array([9])] * 3))
     assert reasons == ["eos", "length", "length"]
 
 

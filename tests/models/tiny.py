@@ -8,6 +8,7 @@ is scaled so that some rows stop early and others run to the length limit.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
 VOCAB = 400
+LLAMA_EOS_SCALE = 1.6
 
 
 def bpe(texts: list[str], specials: list[str], template: str | None = None) -> Tokenizer:
@@ -56,6 +58,56 @@ def gpt2(folder: Path, texts: list[str]) -> Path:
         tie_word_embeddings=False,
     )
     return finish(GPT2LMHeadModel(config), folder, eos=0, eos_scale=1.6)
+
+
+# ChatML, as Qwen and many other instruction-tuned models ship it, led by the tokenizer's BOS
+CHATML = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def set_chat_template(folder: Path, template: str | list[dict[str, str]] | None) -> None:
+    """Put ``template`` in the folder's tokenizer_config.json, where hub folders ship it (or take
+    it out, with None), leaving no chat_template.jinja beside it."""
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config.pop("chat_template", None)
+    if template is not None:
+        config["chat_template"] = template
+    config_file.write_text(json.dumps(config, indent=2))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+
+
+def llama_chat(folder: Path, texts: list[str]) -> Path:
+    """A Llama-style instruction model: 2 layers, grouped-query attention, rotary positions; its
+    tokenizer adds BOS to every text (so a templated prompt tokenized with special tokens would
+    start with two) and ships a ChatML template in tokenizer_config.json; EOS is <|im_end|>."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    specials = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    tok = bpe(texts, specials, "<s> $A")
+    save_tokenizer(tok, folder, bos_token="<s>", eos_token="<|im_end|>", unk_token="</s>")
+    set_chat_template(folder, CHATML)
+    eos = tok.token_to_id("<|im_end|>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        eos_token_id=eos,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
+    )
+    return finish(LlamaForCausalLM(config), folder, eos=eos, eos_scale=LLAMA_EOS_SCALE)
 
 
 def t5(folder: Path, texts: list[str]) -> Path:
