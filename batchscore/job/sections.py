@@ -145,9 +145,15 @@ class EmbedConfig:
 
 @dataclass(frozen=True)
 class ClassifyConfig:
-    """[classify]: a sequence-classification model's label, and optionally every probability."""
+    """[classify]: a sequence-classification model's label, and optionally every probability.
+
+    A one-logit model (a reranker) writes a ``score`` alone: its logit through ``activation``,
+    "auto" being the one its files name as sentence-transformers' CrossEncoder reads them
+    (Sigmoid where they name none); "none" keeps the raw logit.
+    """
 
     all_scores: bool = False
+    activation: Literal["auto", "sigmoid", "tanh", "none"] = "auto"
 
 
 @dataclass(frozen=True)

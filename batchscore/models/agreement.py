@@ -2,8 +2,9 @@
 
 Each task declares its own measure (`Task.agreement`) from the kinds here: vectors by cosine,
 labels and classes by agreement (and the largest probability change), text by exact match (and
-token overlap), values by relative error. `[quality]` sets the thresholds. A task cannot pass the
-quality gate by having outputs nobody compares: the gate asks the task, never the column names.
+token overlap), values by relative error, scores by their error relative to their scale.
+`[quality]` sets the thresholds. A task cannot pass the quality gate by having outputs nobody
+compares: the gate asks the task, never the column names.
 """
 
 from __future__ import annotations
@@ -95,6 +96,35 @@ def classes(reference: Columns, candidate: Columns, column: str, gate: QualityCo
     result = Agreement()
     agreement = share_equal(reference[column], candidate[column])
     result.check("prediction_agreement", agreement, gate.min_agreement)
+    return result
+
+
+def scores(reference: Columns, candidate: Columns, column: str, gate: QualityConfig) -> Agreement:
+    """Scores (a reranker's) by their largest change relative to the scores' scale, the largest
+    |score| of the sample (`max_relative_error`), with the share of neighbouring rows (in fp32's
+    order) the candidate keeps in order.
+
+    Relative to the scale, not to each score: a raw logit near zero (or a probability near
+    zero) moves by a large share of itself while moving no row past another, and the order of
+    rows is what a reranker is for. The order is recorded, not gated: rows whose fp32 scores
+    are nearly equal may swap under any precision, harmlessly.
+    """
+    result = Agreement()
+    a, b = numbers(reference[column]), numbers(candidate[column])
+    scored = ~(np.isnan(a) & np.isnan(b))  # a row neither scored (a row error) is not compared
+    a, b = a[scored], b[scored]
+    if not len(a):
+        return result
+    scale = max(float(np.nanmax(np.abs(a), initial=0.0)), 1e-6)
+    differences = np.abs(a - b)
+    # a score one side lost (NaN, an overflow) is as far off as a score can be
+    error = float("inf") if np.isnan(differences).any() else float(differences.max() / scale)
+    result.check("max_score_error", error, gate.max_relative_error, at_least=False)
+    if len(a) > 1:  # neighbours, not every pair: a sample of 65,536 rows has 2e9 pairs
+        order = np.argsort(a, kind="stable")
+        steps, moved = np.diff(a[order]), np.diff(b[order])
+        kept = (steps == 0) | (np.sign(steps) == np.sign(moved))  # fp32's ties may go either way
+        result.metrics["order_kept"] = float(kept.mean())
     return result
 
 

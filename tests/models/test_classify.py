@@ -71,15 +71,21 @@ def test_scores_column_is_optional(bert_path):
     assert len(empty["label"]) == 0
 
 
-def test_a_regression_head_is_refused(tmp_path, minilm_path):
+def test_heads_it_cannot_score_are_refused(tmp_path, minilm_path):
+    """Several regression outputs are neither labels nor a reranker's score; one output (a
+    reranker, `test_rerank.py`) scores pairs, so a job of one text column is pointed at them."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    config = BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
-                        intermediate_size=8, num_labels=1)  # fmt: skip
-    BertForSequenceClassification(config).save_pretrained(tmp_path)
-    (tmp_path / "tokenizer.json").write_bytes((minilm_path / "tokenizer.json").read_bytes())
-    with pytest.raises(ModelError, match="regression"):
-        make_task(tmp_path)
+    for outputs, problem in ((3, "regression"), (1, None)):
+        shape = {"hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 1}
+        config = BertConfig(intermediate_size=8, num_labels=outputs, problem_type=problem, **shape)
+        BertForSequenceClassification(config).save_pretrained(tmp_path / str(outputs))
+        tokenizer = (minilm_path / "tokenizer.json").read_bytes()
+        (tmp_path / str(outputs) / "tokenizer.json").write_bytes(tokenizer)
+    with pytest.raises(ModelError, match="a regression head of 3 outputs, neither a classifier"):
+        make_task(tmp_path / "3", all_scores=False)
+    with pytest.raises(ModelError, match=r"scores pairs of texts; set \[input\].text_pair"):
+        make_task(tmp_path / "1", all_scores=False)
 
 
 def test_classify_job_runs_and_resumes(tmp_path, shards, bert_path):
@@ -103,8 +109,15 @@ def test_classify_job_runs_and_resumes(tmp_path, shards, bert_path):
 
 
 def test_a_bare_encoder_is_not_taken_for_a_classifier(minilm_path, tmp_path):
+    # transformers would bolt on a randomly initialised head; its modules.json says what it is
+    with pytest.raises(ModelError, match=r'Normalize \(an embedding model: task "embed"'):
+        make_task(minilm_path)
+    bare = tmp_path / "bare"  # the Hugging Face folder alone: no modules.json to say so
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (bare / name).write_bytes((minilm_path / name).read_bytes())
     with pytest.raises(ModelError, match="incomplete weights for this task; they lack classifier"):
-        make_task(minilm_path)  # transformers would bolt on a randomly initialised head
+        make_task(bare)
     path = write_job(tmp_path / "c.toml", input={"path": "in"}, model={"task": "classify"},
                      output={"path": "out"})  # fmt: skip
     with pytest.raises(JobError, match=r"\[model\].path: task classify needs its own model"):
