@@ -288,3 +288,19 @@ def test_a_chat_job_runs_and_its_system_message_is_in_the_fingerprint(tmp_path, 
         run_job(changed)
     record = json.loads((tmp_path / "out" / "_batchscore" / "job.json").read_text())
     assert record["parts"]["task_options"]["chat"] is True
+
+
+def test_score_takes_the_chat_keys_by_name(chat_path, reference, chat_rows):
+    """`batchscore.score` reads `chat` and `system` as a job file's [generate] keys."""
+    import batchscore
+
+    hf, model = reference
+    rows = chat_rows[:6]
+    options = {"max_new_tokens": 8, "max_length": 200, "precision": "fp32", "threads": 1}
+    table = pa.table({"text": rows})
+    out = batchscore.score(
+        table, task="generate", model=chat_path, chat=True, system=SYSTEM, **options
+    )
+    expected = [alone(model, templated(hf, text, SYSTEM), 8) for text in rows]
+    texts = [hf.decode(t, skip_special_tokens=True) for t in expected]
+    assert out["generated"].to_pylist() == texts
