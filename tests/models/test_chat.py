@@ -158,6 +158,38 @@ def test_chat_outputs_equal_generate_on_apply_chat_templates_prompt(
     assert out["finish_reason"].to_pylist() == reasons
 
 
+@pytest.fixture(scope="module")
+def chat_tasks(chat_path):
+    """One loaded chat task per system message (None, or SYSTEM), built on first use."""
+    tasks = {}
+
+    def get(system: str | None):
+        if system not in tasks:
+            options = {"max_length": 200, "max_new_tokens": 8, "chat": True, "system": system}
+            tasks[system] = make_task(chat_path, **options)
+        return tasks[system]
+
+    return get
+
+
+@settings(max_examples=40, deadline=None)
+@given(texts=st.lists(user_texts, min_size=1, max_size=5), system=st.sampled_from([None, SYSTEM]))
+def test_any_rows_generate_what_generate_gives_each_alone(reference, chat_tasks, texts, system):
+    """Whatever the user texts (template markers, Jinja, any Unicode, empty), every row,
+    statically and continuously batched, generates what transformers' greedy ``generate``
+    generates alone on ``apply_chat_template``'s prompt."""
+    hf, model = reference
+    task = chat_tasks(system)
+    encoded = task.encode(pa.table({"text": texts}))
+    assert encoded.rows.tolist() == list(range(len(texts)))
+    static = generate(task, encoded, [np.arange(len(texts))])
+    continuous, _ = stream(task, encoded, max_rows=2)
+    for i, text in enumerate(texts):
+        want = alone(model, templated(hf, text, system), 8)
+        assert static[i].tolist() == want, f"row {i} (static): {text!r}"
+        assert continuous[i].tolist() == want, f"row {i} (continuous): {text!r}"
+
+
 def test_the_prompt_template_fills_the_user_turn(chat_path, reference, chat_rows):
     hf, model = reference
     task = make_task(
