@@ -1,10 +1,13 @@
 """The prose of a document written in Markdown or reStructuredText (docstrings, READMEs, docs).
 
 Extractive summaries are made of a document's sentences, and markup is not sentences: headings
-(``## License``, a title over ``=====``), rule lines, table rows, code (fenced, after ``::``,
-doctests, a ``.. code:: python`` directive's body), link targets and badge lines. This keeps
-the paragraphs a reader would read as text, one block each, with inline links reduced to their
-words and list markers dropped. Line-based and forgiving: text that is not markup passes as is.
+(``## License``, a title over ``=====``), rule lines, tables (pipe tables with or without outer
+pipes, grid tables, reST simple tables), code (fenced, after ``::``, doctests, a ``.. code::
+python`` directive's body, indented lines after a line that ends in ":"), link targets and badge
+lines. This keeps the paragraphs a reader would read as text, one block each, with inline links
+reduced to their words and list markers dropped. A block that ends in ":" introduces what comes
+next, and what comes next is often one of those; `sentences` leaves such a lead-in out.
+Line-based and forgiving: text that is not markup passes as is.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ FENCE = re.compile(r"\s{0,3}(`{3,}|~{3,})")
 HEADING = re.compile(r"\s{0,3}#{1,6}(\s|$)")
 RULE = re.compile(r"\s*([-=~_*#+^\"'`:.])(\s*\1){2,}\s*")  # ----, ====, * * *, ~~~ ...
 TABLE = re.compile(r"\s*(\|.*\||\+[-=+:]+\+)\s*")
+DELIMITER = re.compile(r"\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)+\|?\s*")  # a pipe table's |---|:--|
+SIMPLE_TABLE = re.compile(r"\s*={2,}( +={2,})+\s*")  # reST: a simple table's border, "===  ==="
+# A lead-in's end: a colon (or the full-width one of CJK text), inside closing emphasis if any
+LEAD_IN = re.compile(r"[:\uff1a][\s*_`]*\Z")
 EXPLICIT = re.compile(r"(\s*)\.\.(\s|$)")  # reST: directive, comment, target, footnote
 DIRECTIVE = re.compile(r"\s*\.\.\s+([\w:-]+)::")
 LINK_TARGET = re.compile(r"\s{0,3}\[[^\]]+\]:\s*\S+")  # [name]: https://...
@@ -47,7 +54,7 @@ def words_only(line: str) -> str:
 
 def is_markup(line: str, following: str, opens_block: bool) -> bool:
     """A line that is markup alone: a heading (or a title over its underline), a rule, a table
-    row or border, a link target, or a short header opening a block (``Args:``, ``With pip:``)."""
+    row, border or header, a link target, or a short header opening a block (``Args:``)."""
     return bool(
         HEADING.match(line)
         or RULE.fullmatch(line)
@@ -55,6 +62,7 @@ def is_markup(line: str, following: str, opens_block: bool) -> bool:
         or LINK_TARGET.match(line)
         or (opens_block and SECTION.fullmatch(line))
         or (RULE.fullmatch(following) and not RULE.fullmatch(line))
+        or ("|" in line and DELIMITER.fullmatch(following))
     )
 
 
@@ -63,13 +71,17 @@ def prose(text: str) -> list[str]:
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     blocks: list[list[str]] = [[]]
     fence, example, deeper = "", False, -1  # what is being skipped
-    intro = -1  # the indent of a prose line ending in ":", which may introduce code
+    table = simple = False
+    intro = -1  # where the text of a prose line ending in ":" starts: it may introduce code
     for i, line in enumerate(lines):
         stripped, fenced = line.strip(), FENCE.match(line)
         following = lines[i + 1] if i + 1 < len(lines) else ""
-        if intro >= 0 and stripped and not blocks[-1] and deeper < 0 and not fence:
-            # "... as follows:", a blank line, then deeper lines (not a list): a code sample
-            deeper = intro if indent(line) > intro and not BULLET.match(line) else -1
+        if intro >= 0 and stripped and deeper < 0 and not fence:
+            # "... as follows:" (or "Usage:"), a blank line, then deeper lines (not a list): a
+            # code sample. Deeper lines right under it are its definition (reST, ``Args:``) or
+            # its continuation.
+            if not lines[i - 1].strip() and indent(line) > intro and not BULLET.match(line):
+                deeper = intro
             intro = -1
         if fence:  # a fenced code block, to its closing fence
             fence = "" if stripped.startswith(fence) else fence
@@ -81,10 +93,21 @@ def prose(text: str) -> list[str]:
             if not stripped or indent(line) > deeper:
                 continue
             deeper = -1
+        if table:  # a pipe table's rows, to the first line without a pipe
+            if "|" in stripped:
+                continue
+            table = False
+        if simple:  # a simple table's rows, to a border with a blank line (or nothing) after it
+            simple = not (SIMPLE_TABLE.fullmatch(line) and not following.strip())
+            continue
         if not stripped:
             pass
         elif fenced:
             fence = fenced.group(1)
+        elif SIMPLE_TABLE.fullmatch(line):
+            simple = True
+        elif DELIMITER.fullmatch(line):
+            table = True
         elif EXPLICIT.match(line):  # reST explicit markup: a prose directive keeps its text
             directive = DIRECTIVE.match(line)
             if directive and directive.group(1).lower() in PROSE_DIRECTIVES:
@@ -94,14 +117,17 @@ def prose(text: str) -> list[str]:
         elif DOCTEST.match(line):
             example = True
         elif not is_markup(line, following, not blocks[-1]):
-            if BULLET.match(line):  # each list item is a block of its own
+            at = indent(line)  # where the line's text starts
+            if bullet := BULLET.match(line):  # each list item is a block of its own
                 blocks.append([])
-                line = BULLET.sub("", line, count=1)
+                at, line = len(bullet.group()), line[len(bullet.group()) :]
             literal = line.rstrip().endswith("::")  # reST: an indented literal block follows
             blocks[-1].append(words_only(line.rstrip()[:-1] if literal else line))
-            intro = indent(line) if line.rstrip().endswith(":") and not literal else -1
+            intro = at if LEAD_IN.search(line) and not literal else -1
             if not literal:
                 continue
-            deeper = indent(line)
+            deeper = at
+        elif LEAD_IN.search(line):  # a header that ends in ":" may introduce code as well
+            intro = indent(line)
         blocks.append([])
     return [" ".join(" ".join(block).split()) for block in blocks if any(b.strip() for b in block)]

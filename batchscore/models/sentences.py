@@ -5,14 +5,15 @@ followed by space and then by anything but a lowercase letter, so scripts withou
 (Devanagari, Arabic, ...) split too; the CJK full stop, exclamation and question marks end a
 sentence with or without the space. A single full stop after an abbreviation (``e.g.``, ``Dr.``,
 ``z.B.``, Russian ones too) or an initial (``J. R.``) does not. `summary_sentences` reads a
-document's prose first (`markup.py`) and keeps only fragments that read as sentences.
+document's prose first (`markup.py`) and keeps only fragments that read as sentences: never a
+lead-in, the sentence that ends in a colon ("Then, you can install boto3 from PyPI with:").
 """
 
 from __future__ import annotations
 
 import re
 
-from batchscore.models.markup import prose
+from batchscore.models.markup import LEAD_IN, prose
 
 ABBREVIATIONS = {
     # English
@@ -81,18 +82,32 @@ def word_count(sentence: str) -> int:
     return sum(max(1, len(UNSPACED.findall(w)) // 2) for w in sentence.split())
 
 
+def is_lead_in(fragment: str) -> bool:
+    """Whether a fragment ends in a colon. A colon never ends a sentence inside a block of
+    prose (`split_sentences` ends none there), so such a fragment is the end of its block, and
+    it introduces what follows: a list, a table, a code sample (``You can install it with:``).
+    Alone in a summary it points at nothing."""
+    return LEAD_IN.search(fragment) is not None
+
+
 def is_sentence(fragment: str) -> bool:
-    """Whether a fragment reads as a sentence: some letters, a few words, not a dangling
-    introduction (``With pip:``, ``For example:``)."""
-    words = word_count(fragment)
-    if words < MIN_WORDS or not any(ch.isalpha() for ch in fragment):
+    """Whether a fragment reads as a sentence: some letters, a few words, not a lead-in
+    (``With pip:``, ``Then, you can install boto3 from PyPI with:``)."""
+    if word_count(fragment) < MIN_WORDS or not any(ch.isalpha() for ch in fragment):
         return False
-    return not (fragment.endswith(":") and words < 6)
+    return not is_lead_in(fragment)
 
 
 def summary_sentences(text: str) -> list[str]:
     """The sentences of a document's prose a summary may pick, in order. A document with none
-    (a title, a code listing) keeps what it has, so every document gets a summary."""
+    (a title, a code listing) keeps what it has but its lead-ins, so every document gets a
+    summary, drawn from it."""
     found = [s for block in prose(text) for s in split_sentences(block)]
     kept = [s for s in found if is_sentence(s)]
-    return kept or found or split_sentences(text) or [" ".join(text.split())]
+    if kept:
+        return kept
+    usable = [s for s in found if not is_lead_in(s)]
+    # the raw text, where a lead-in may share a "sentence" with the table or code it introduces
+    lines = [line for line in text.splitlines() if not is_lead_in(line)]
+    whole = [s for s in split_sentences("\n".join(lines)) if not is_lead_in(s)]
+    return usable or whole or [" ".join(text.split())]

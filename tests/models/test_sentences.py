@@ -9,7 +9,12 @@ import pytest
 
 from batchscore.job.sections import InputConfig, ModelConfig, SummarizeConfig
 from batchscore.models.markup import prose
-from batchscore.models.sentences import is_sentence, split_sentences, summary_sentences
+from batchscore.models.sentences import (
+    is_lead_in,
+    is_sentence,
+    split_sentences,
+    summary_sentences,
+)
 from batchscore.models.summarize import SummarizeTask
 from batchscore.runtime.executor import Executor
 
@@ -109,8 +114,7 @@ def test_rest_keeps_prose_only():
         "The GPU is optional.",
         "A run on the CPU gives the same results, only more slowly.",
         "The scored table comes back in input order, with the task's columns added.",
-        "The sampler is equivalent to this:",
-        "--restart discard committed output",
+        "--restart discard committed output",  # "The sampler is equivalent to this:" leads in
     ]
 
 
@@ -142,10 +146,61 @@ def test_fragments_that_are_not_sentences():
     assert not is_sentence("With pip:") and not is_sentence("For example, do this:")
     assert not is_sentence("v1.2") and not is_sentence("---  ***") and not is_sentence("Yes.")
     assert is_sentence("It works well.") and is_sentence("これはペンです。")
-    assert is_sentence("The following options are supported by every command:")
+    assert is_sentence("Note: the GPU is optional.")  # a colon inside a sentence is prose
     assert summary_sentences("## Only a title") == ["## Only a title"]  # nothing better
     assert summary_sentences("One line.") == ["One line."]
     assert prose("Args:\n    x: the value to score.") == ["x: the value to score."]
+
+
+@pytest.mark.parametrize(
+    "lead_in",
+    [
+        "The following options are supported by every command:",
+        "Then, you can install boto3 from PyPI with:",
+        "**Disabling through the environment variable:**",  # the colon inside the emphasis
+        "使用以下命令安装这个软件包：",  # the full-width colon CJK text uses
+    ],
+)
+def test_a_lead_in_is_never_a_summary_sentence(lead_in):
+    assert is_lead_in(lead_in) and not is_sentence(lead_in)
+    document = f"It scores rows in batches.\n\n{lead_in}\n\n- one list item here.\n"
+    assert summary_sentences(document) == ["It scores rows in batches.", "one list item here."]
+    # a document of nothing but a lead-in and its code still gets a summary, not the lead-in
+    assert summary_sentences(f"{lead_in}\n\n```\npip install x\n```") == ["``` pip install x ```"]
+    table = f"{lead_in}\nname | value\n--- | ---\nmodel | batch\n"  # no blank line between
+    assert summary_sentences(table) == ["name | value --- | --- model | batch"]
+
+
+def test_tables_and_list_items_after_a_colon():
+    document = """\
+The columns it writes are these:
+name | type
+--- | ---
+label | string
+
+It writes them in input order.
+
+=====  ======
+name   type
+=====  ======
+score  float
+=====  ======
+
+* **Version 0** behaviour, compatible with the re module:
+
+  Its behaviour may change over time to match the module.
+
+* An item that shows its code::
+
+      make test
+
+  The tests run on the CPU.
+"""
+    assert summary_sentences(document) == [
+        "It writes them in input order.",
+        "Its behaviour may change over time to match the module.",
+        "The tests run on the CPU.",
+    ]
 
 
 @pytest.fixture(scope="module")
