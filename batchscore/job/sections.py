@@ -137,10 +137,35 @@ class EmbedConfig:
     ``normalize`` L2-normalises vectors the model's own stack leaves unnormalised (a stack that
     ends in Normalize is always normalised); ``prompt_name`` picks one of the model's prompts
     (default: the one its sentence-transformers config names, if any).
+
+    A dense model's vectors can be cut to their first ``truncate_dim`` dimensions (Matryoshka
+    models are trained for it) and written ``quantize``d as sentence-transformers'
+    ``quantize_embeddings`` does; int8 and uint8 map each dimension's ``ranges`` (its minimum,
+    then its maximum) onto 256 steps, measured on the job's first rows unless given here. A
+    sparse encoder keeps its ``top_k`` largest weights (default: the model's own limit, if any).
     """
 
     normalize: bool = True
     prompt_name: str | None = None
+    truncate_dim: int | None = field(default=None, metadata={"min": 1, "max": MAX_FEATURES})
+    quantize: Literal["int8", "uint8", "binary", "ubinary"] | None = None
+    ranges: tuple[tuple[float, ...], ...] | None = None  # [[min per dimension], [max ...]]
+    top_k: int | None = field(default=None, metadata={"min": 1, "max": MAX_TOP_K})
+
+    def problems(self) -> list[str]:
+        """What is wrong with these keys together (each message starts with its key); what
+        depends on the model (its dimensions, dense or sparse) is checked against it."""
+        found = []
+        ranges = self.ranges
+        if ranges is None:
+            return found
+        if self.quantize not in ("int8", "uint8"):
+            found.append('ranges: they calibrate quantize = "int8" or "uint8" only')
+        elif len(ranges) != 2 or len(ranges[0]) != len(ranges[1]) or not ranges[0]:
+            found.append("ranges: expected two lists of one number per dimension")
+        elif any(low > high for low, high in zip(*ranges, strict=True)):
+            found.append("ranges: the first list holds the minimums, the second the maximums")
+        return found
 
 
 @dataclass(frozen=True)

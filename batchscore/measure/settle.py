@@ -9,6 +9,8 @@
   every time the model loads (see `batchscore.measure.load`); the gate then judges the result.
 - ``max_tokens = "auto"``: the budget comes from the model's shape, probed once on a GPU
   (see `batchscore.measure.budget`).
+- ``[embed].quantize = "int8"`` (or "uint8") without ``ranges``: each dimension's range is
+  measured on those rows' vectors, at the chosen precision (see `batchscore.models.embed`).
 
 The decision is recorded in the output folder, so a resumed run reuses it and one output never
 mixes precisions; the run report carries it, reasons included. What a precision measured is
@@ -34,8 +36,10 @@ from batchscore.measure.cache import DecisionCache, Entry, cache_key
 from batchscore.measure.choose import choose_precision
 from batchscore.measure.gate import Trial, trial
 from batchscore.measure.load import trial_budget
+from batchscore.models.embed import calibrates, measured_ranges
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
+from batchscore.output.contents import footer_ranges
 from batchscore.output.manifest import written_for
 from batchscore.output.settled import Budget, Chosen, Decision
 from batchscore.pipeline.stages import sample_rows
@@ -70,7 +74,7 @@ def settle(
         return concrete(job, recorded), None, None
     needs_budget = job.batching.max_tokens == "auto"
     wanted = job.model.precision
-    if wanted == "fp32" and not needs_budget:
+    if wanted == "fp32" and not needs_budget and not calibrates(job.task):
         return job, None, None
     table = sample if sample is not None else sample_rows(job, job.quality.sample_rows)
     if table.num_rows == 0:
@@ -88,7 +92,7 @@ def settle(
         chosen, verdict = auto.chosen, auto.record
         if cache is not None:
             cache.learn(key, auto.measured, auto.unusable)
-    elif wanted == "fp32":  # only the budget to settle: the run adopts this model and its results
+    elif wanted == "fp32":  # the budget or ranges to settle: the run adopts this model and results
         chosen = trial(job, model_path, "fp32", table=table, max_tokens=budget, timed=False)
         verdict = Chosen("fp32", "fp32 is the reference")
     else:
@@ -112,7 +116,8 @@ def settle(
             max_rows=job.batching.max_rows,
         )
         log.info("max_tokens = auto: %s", budget_choice.why)
-    decision = Decision(verdict, budget_choice)
+    ranges = measured_ranges(chosen.task) if calibrates(job.task) else None
+    decision = Decision(verdict, budget_choice, ranges)
     return concrete(job, decision), decision, chosen
 
 
@@ -171,8 +176,8 @@ def machine_key(job: Job, model_files: str) -> str:
 def recorded_decision(ckpt: Checkpoint, job: Job) -> Decision | None:
     """The decision an earlier run recorded for this output (None when the folder is not
     claimed: an unclaimed folder decided nothing). A damaged record is rebuilt from what the
-    data files' footers prove (the precision every committed file was scored at), or the run
-    stops rather than score the rest at another precision."""
+    data files' footers prove (the precision every committed file was scored at, and the ranges
+    it was quantized with), or the run stops rather than score the rest otherwise."""
     if not ckpt.claimed():
         return None
     try:
@@ -187,8 +192,9 @@ def recorded_decision(ckpt: Checkpoint, job: Job) -> Decision | None:
             ) from None
         why = "recovered from the data files' footers (the recorded decision was damaged)"
         auto = job.batching.max_tokens == "auto"  # only speed depends on it
+        ranges = footer_ranges([written_for(ckpt.store, f) for f in files], str(damage))
         decision = Decision(
-            Chosen(found.pop(), why), Budget(trial_budget(job), why) if auto else None
+            Chosen(found.pop(), why), Budget(trial_budget(job), why) if auto else None, ranges
         )
         log.warning("%s; %s", damage, why)
         ckpt.settle(decision)
@@ -196,14 +202,17 @@ def recorded_decision(ckpt: Checkpoint, job: Job) -> Decision | None:
 
 
 def concrete(job: Job, decision: Decision) -> Job:
-    """Apply a decision's precision and budget (and an accepted gate failure) to the job."""
+    """Apply a decision's precision, budget and ranges (and an accepted gate failure) to the
+    job: every load of the job (the run's, a Ray actor's) then quantizes with those ranges."""
     model = dataclasses.replace(job.model, precision=decision.precision.precision)
-    batching, quality = job.batching, job.quality
+    batching, quality, task = job.batching, job.quality, job.task
+    if decision.ranges is not None and calibrates(task):
+        task = dataclasses.replace(task, ranges=decision.ranges)
     if decision.batching is not None:
         batching = dataclasses.replace(batching, max_tokens=decision.batching.max_tokens)
     if decision.precision.accepted:
         quality = dataclasses.replace(quality, accept=True)
-    return dataclasses.replace(job, model=model, batching=batching, quality=quality)
+    return dataclasses.replace(job, model=model, batching=batching, quality=quality, task=task)
 
 
 def check(

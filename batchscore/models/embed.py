@@ -7,6 +7,12 @@ pooling, keeps embeddings equal to ``SentenceTransformer(folder).encode``. With
 their token-weighted mean, then the model's own normalization. `StackText` is the stack's text
 side (tokenizer, prompt, windows) without its weights: embed's encoding and extractive
 summarize's read texts through it, and `Embedder` puts the weights behind it.
+
+What the job writes of a dense vector (`DenseVectors`): its first `[embed].truncate_dim`
+dimensions, normalized after the cut where the model normalizes (sentence-transformers cuts its
+normalized vector and stops there: the same direction, cosine 1), then `[embed].quantize`d
+(`batchscore.models.quantize`). A SparseEncoder's stack writes term weights instead
+(`batchscore.models.sparse`).
 """
 
 from __future__ import annotations
@@ -17,19 +23,35 @@ import numpy as np
 import pyarrow as pa
 from torch import nn
 
-from batchscore.errors import ModelError
+from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Adapter, fields, text_rows
+from batchscore.models.base import Adapter, Task, fields, text_rows
 from batchscore.models.encoder import SentenceEncoder, dense_weights
 from batchscore.models.locate import check_model_files, load_pretrained
-from batchscore.models.stack import Dense, read_stack
+from batchscore.models.quantize import (
+    CALIBRATED,
+    Ranges,
+    arrow_type,
+    check_ranges,
+    measure_ranges,
+    quantize,
+    quantized_to_arrow,
+    too_few_rows,
+)
+from batchscore.models.sparse import SparseVectors
+from batchscore.models.stack import Dense, Stack, read_stack
 from batchscore.models.text import TextEncoder, Tokens
 from batchscore.models.windows import mean_by_owner, overlap
 from batchscore.runtime.bert import load_bert, read_shape
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
+
+# The float vectors, beside the quantized column, in what `finish` returns (no output column
+# holds them): the quality gate judges the model by them, since quantizing is the same step at
+# every precision, and a bit flipped by a value near zero is not the model moving.
+UNQUANTIZED = "embedding, unquantized"
 
 
 def check_encoder_files(path: Path, *, prompt_name: str | None, allow_pickle: bool) -> None:
@@ -43,12 +65,58 @@ def check_encoder_files(path: Path, *, prompt_name: str | None, allow_pickle: bo
     stack.prompt(prompt_name)
 
 
+def check_embed_options(stack: Stack, options: EmbedConfig) -> None:
+    """The `[embed]` keys against the model (`validate`, and every load): a dense model's cut
+    within its dimensions and ranges of its cut's length, sparse keys for a sparse model only;
+    every problem at once, as a `JobError` (exit 2)."""
+    where = stack.source or stack.encoder
+    problems = [f"[embed].{p}" for p in options.problems()]
+    if stack.sparse:
+        problems += [
+            f"[embed].{key}: {where} is a sparse encoder, whose vectors are weights of "
+            "vocabulary words; keep fewer of them with [embed].top_k"
+            for key in ("truncate_dim", "quantize")
+            if getattr(options, key) is not None
+        ]
+    elif options.top_k is not None:
+        problems.append(
+            f"[embed].top_k: keeps a sparse encoder's largest weights, and {where} is a dense "
+            "encoder; cut its vectors with [embed].truncate_dim"
+        )
+    width = stack.width()
+    if width and options.truncate_dim and options.truncate_dim > width and not stack.sparse:
+        problems.append(
+            f"[embed].truncate_dim: {options.truncate_dim} is more than the {width} "
+            f"dimensions of {where}'s embeddings"
+        )
+    if width and options.ranges is not None and not problems:
+        try:
+            check_ranges(options.ranges, dense_dim(width, stack, options), str(where))
+        except JobError as exc:
+            problems += exc.problems
+    if problems:
+        raise JobError(problems)
+
+
+def dense_dim(width: int, stack: Stack, options: EmbedConfig) -> int:
+    """A dense model's vectors' length as written: the job's cut, else the model's own (which
+    sentence-transformers caps at the width), else all of it."""
+    if options.truncate_dim is not None:
+        return options.truncate_dim
+    return min(stack.truncate_dim or width, width)
+
+
 def check_stack_files(path: Path, options: object, *, allow_pickle: bool) -> None:
     """An encoder's whole stack when its model is a folder (`check_encoder_files`, with the
     job's prompt name), else its one file."""
     if path.is_dir():
         prompt = getattr(options, "prompt_name", None)
         check_encoder_files(path, prompt_name=prompt, allow_pickle=allow_pickle)
+        stack = read_stack(path)
+        if isinstance(options, EmbedConfig):
+            check_embed_options(stack, options)
+        elif stack.sparse:
+            refuse_sparse(stack)
     else:
         check_model_files(path, allow_pickle)
 
@@ -127,18 +195,35 @@ class EmbedEncoding:
         return self.text.tokens(texts).encoded(rows, errors)
 
 
+def refuse_sparse(stack: Stack) -> None:
+    """Sentences are ranked by a dense encoder's vectors; a sparse one's are not those."""
+    raise ModelError(
+        f"{stack.source}: a sparse encoder (SPLADE), whose term weights embed writes; "
+        "extractive summarize ranks sentences with a dense encoder's vectors"
+    )
+
+
 class Embedder:
-    """An encoder stack's weights behind its `StackText`: units in, sentence embeddings out."""
+    """A dense encoder stack's weights behind its `StackText`: units in, sentence embeddings
+    out, cut to their first ``truncate_dim`` dimensions when asked."""
 
     def __init__(
-        self, text: StackText, model: ModelConfig, executor: Executor, *, normalize: bool
+        self,
+        text: StackText,
+        model: ModelConfig,
+        executor: Executor,
+        *,
+        normalize: bool,
+        truncate_dim: int | None = None,
     ) -> None:
+        if text.stack.sparse:
+            refuse_sparse(text.stack)
         transformer = load_transformer(text.stack.encoder, model, executor)
         module = SentenceEncoder(transformer, text.stack, model.allow_pickle)
         self.model = executor.prepare(module)
         self.text = text
         self.executor = executor
-        self.dim = module.dim
+        self.dim = min(truncate_dim or module.dim, module.dim)  # what is kept of the stack's
         self.normalize = normalize or text.stack.normalize
 
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
@@ -152,18 +237,62 @@ class Embedder:
     def combine(
         self, vectors: np.ndarray, owners: np.ndarray, count: int, lengths: np.ndarray
     ) -> np.ndarray:
-        """Per text: the mean of its units' vectors weighted by their tokens, then normalized
-        (the stack's Normalize, or `[embed].normalize`). A text of one unit is its vector."""
+        """Per text: the mean of its units' vectors weighted by their tokens, cut to `dim`, then
+        normalized (the stack's Normalize, or `[embed].normalize`). A text of one unit is its
+        vector."""
         if not count:
             return np.zeros((0, self.dim), dtype=np.float32)
         out = mean_by_owner(vectors.reshape(len(owners), -1), owners, count, lengths)
+        out = out[:, : self.dim]
         if self.normalize:
             out = out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out.astype(np.float32, copy=False)
 
 
+class DenseVectors:
+    """A dense model's side of task embed: its `Embedder`'s vectors as the job writes them.
+
+    int8 and uint8 need each dimension's range: the job's ``[embed].ranges``, else measured on
+    the first rows this task finishes, which are the quality gate's sample (the job's first
+    rows): `batchscore.measure.settle` records them with the folder's decision, and every later
+    load of the job (a resumed run, a Ray actor) is given them, so one output never mixes two.
+    """
+
+    def __init__(self, embedder: Embedder, options: EmbedConfig, where: Path) -> None:
+        self.embedder = embedder
+        self.dim = embedder.dim
+        self.quantize = options.quantize
+        self.ranges: Ranges | None = options.ranges
+        if self.ranges is not None:
+            check_ranges(self.ranges, self.dim, str(where))
+        if self.quantize is None:
+            self.type = pa.list_(pa.float32(), self.dim)
+        else:
+            self.type = arrow_type(self.quantize, self.dim)
+
+    def forward(self, ids: list[np.ndarray]) -> np.ndarray:
+        return self.embedder.forward(ids)
+
+    def columns(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
+        """The texts' vectors: float32, or quantized with the float ones beside them."""
+        vectors = self.embedder.combine(results, encoded.owners, len(encoded.rows), encoded.lengths)
+        floats = vectors_to_arrow(vectors, self.dim)
+        if self.quantize is None:
+            return {"embedding": floats}
+        if self.quantize in CALIBRATED and self.ranges is None and len(vectors):
+            self.ranges = measure_ranges(vectors)
+        quantized = quantize(vectors, self.quantize, self.ranges)
+        return {"embedding": quantized_to_arrow(quantized), UNQUANTIZED: floats}
+
+    def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
+        """By cosine, of the float vectors where the column is quantized."""
+        column = UNQUANTIZED if UNQUANTIZED in reference and UNQUANTIZED in candidate else None
+        return agreement.vectors(reference, candidate, column or "embedding", gate)
+
+
 class EmbedTask(Adapter):
-    """embed: one `embedding` (fixed_size_list<float32>[dim]) per row."""
+    """embed: one `embedding` per row: fixed_size_list<float32>[dim] (int8 or uint8 when
+    quantized, [dim / 8] bytes of bits for binary), or a sparse encoder's struct of weights."""
 
     encoding_type = EmbedEncoding  # the weight-free part (`models.tasks.encoding` builds it)
 
@@ -194,22 +323,58 @@ class EmbedTask(Adapter):
     ) -> None:
         self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
         self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
-        self.embedder = Embedder(self.encoding.text, model, executor, normalize=options.normalize)
-        vector = pa.list_(pa.float32(), self.embedder.dim)
-        self.columns = fields(self.output_names(options), {"embedding": vector})
+        text = self.encoding.text
+        check_embed_options(text.stack, options)
+        self.vectors: DenseVectors | SparseVectors
+        if text.stack.sparse:
+            self.vectors = SparseVectors(
+                text.encoder, text.stack, model=model, executor=executor, top_k=options.top_k
+            )
+        else:
+            embedder = Embedder(
+                text,
+                model,
+                executor,
+                normalize=options.normalize,
+                truncate_dim=options.truncate_dim or text.stack.truncate_dim,
+            )
+            self.vectors = DenseVectors(embedder, options, path)
+        self.columns = fields(self.output_names(options), {"embedding": self.vectors.type})
+
+    @property
+    def ranges(self) -> Ranges | None:
+        """The int8 / uint8 calibration ranges it quantizes with (None: none, or none yet)."""
+        return self.vectors.ranges
 
     def encode(self, table: pa.Table) -> Encoded:
         return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
-        return self.embedder.forward([encoded.ids[i] for i in batch])
+        return self.vectors.forward([encoded.ids[i] for i in batch])
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
-        vectors = self.embedder.combine(results, encoded.owners, len(encoded.rows), encoded.lengths)
-        return {"embedding": vectors_to_arrow(vectors, self.embedder.dim)}
+        return self.vectors.columns(encoded, results)
 
     def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
-        return agreement.vectors(reference, candidate, "embedding", gate)
+        return self.vectors.agreement(reference, candidate, gate)
+
+
+def calibrates(options: object) -> bool:
+    """Whether the job's vectors need int8 / uint8 ranges measured on its rows: settled once
+    per output folder, from the quality gate's sample (`batchscore.measure.settle`)."""
+    return (
+        isinstance(options, EmbedConfig)
+        and options.quantize in CALIBRATED
+        and options.ranges is None
+    )
+
+
+def measured_ranges(task: Task | None) -> Ranges:
+    """The ranges ``task`` measured on the sample it scored (see `calibrates`)."""
+    ranges = task.ranges if isinstance(task, EmbedTask) else None
+    if ranges is None:  # none of the sample's rows could be scored
+        raise too_few_rows(0)
+    return ranges
 
 
 def vectors_to_arrow(vectors: np.ndarray, dim: int) -> pa.FixedSizeListArray:

@@ -8,39 +8,39 @@ vectors that are not the model's. Both layouts are read: the hub's (``sentence_t
 models.Pooling``, ``pooling_mode_*_tokens`` flags, a ``0_Transformer`` subfolder) and the one
 sentence-transformers 6 writes (new class paths, ``pooling_mode = "mean"``).
 
+A ``SparseEncoder`` folder is a masked-language model's Transformer (``transformer_task =
+"fill-mask"``, or the older ``MLMTransformer``) then ``SpladePooling``: its vectors are term
+weights over the vocabulary (`batchscore.models.sparse`).
+
 A plain Hugging Face folder (no ``modules.json``) is read as Transformer then mean pooling.
+
+Here: the `Stack`, the head it ends in (Dense, Normalize) and the model's own config; the
+modules that read tokens (Transformer, Pooling, SpladePooling) are read in `stack_modules`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from batchscore.errors import ModelError
+from batchscore.models.stack_modules import (
+    Splade,
+    read_json,
+    read_pooling,
+    read_splade,
+    read_transformer,
+)
 
-# Old flag keys -> mode, in the order sentence-transformers concatenates several of them.
-LEGACY_POOLING = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
-POOLING_MODES = tuple(LEGACY_POOLING.values())
 # Activations a Dense layer may name: torch.nn modules that take no arguments and hold no
 # weights, built by name here rather than imported from whatever path a config names.
 ACTIVATIONS = {
     "Identity", "Tanh", "ReLU", "GELU", "Sigmoid", "SiLU", "ELU", "LeakyReLU", "Softplus",
     "Softsign", "Mish", "SELU", "CELU", "ReLU6", "Hardtanh", "Tanhshrink",
 }  # fmt: skip
-KINDS = ("Transformer", "Pooling", "Dense", "Normalize")
-TRANSFORMER_CONFIGS = [  # the names sentence-transformers has used for it, newest first
-    f"sentence_{name}_config.json"
-    for name in ("bert", "roberta", "distilbert", "camembert", "albert", "xlm-roberta", "xlnet")
-]
+KINDS = ("Transformer", "Pooling", "Dense", "Normalize", "SpladePooling")
+SPARSE_KINDS = ("SpladePooling", "MLMTransformer")  # found under sparse_encoder.models/modules
 EMBEDDING = "sentence_embedding"
 
 
@@ -71,6 +71,14 @@ class Stack:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt: str | None = None
     source: Path | None = None  # the model folder, for messages
+    splade: Splade | None = None  # a SparseEncoder's pooling (then ``modes`` and ``head`` unused)
+    truncate_dim: int | None = None  # a dense model's own cut (its config's, as encode applies)
+    max_active_dims: int | None = None  # a sparse model's own limit on its non-zero weights
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the stack writes sparse term weights (SPLADE) rather than a dense vector."""
+        return self.splade is not None
 
     @property
     def normalize(self) -> bool:
@@ -87,13 +95,27 @@ class Stack:
         """A stack batchscore read the same way before it read whole stacks: one pooling mode,
         no Dense, the Transformer in the folder's root, texts as they are."""
         return (
-            len(self.modes) == 1
+            not self.sparse
+            and len(self.modes) == 1
             and self.modes[0] in ("cls", "max", "mean", "mean_sqrt_len_tokens", "lasttoken")
             and self.include_prompt
             and all(step == "normalize" for step in self.head)
             and not self.lowercase
             and self.encoder == self.source
         )
+
+    def width(self) -> int | None:
+        """The length of the stack's vectors before any cut, from configs alone (what
+        `validate` checks a job against): the last Dense's outputs, else the Transformer's
+        hidden size per pooling mode; a sparse encoder's vocabulary. None where no config says."""
+        denses = [step for step in self.head if isinstance(step, Dense)]
+        if denses and not self.sparse:
+            return denses[-1].out_features
+        file = self.encoder / "config.json"
+        config = read_json(file) if file.is_file() else {}
+        keys = ("vocab_size",) if self.sparse else ("hidden_size", "d_model", "dim", "n_embd")
+        size = next((config[k] for k in keys if isinstance(config.get(k), int)), None)
+        return None if size is None else size * (1 if self.sparse else len(self.modes))
 
     def prompt(self, name: str | None) -> str:
         """The text put before every input: the named prompt, else the model's default one."""
@@ -111,8 +133,10 @@ class Stack:
         """The stack in words, one module each (for the fingerprint and messages)."""
         words = [
             f"Transformer({self.encoder.name if self.encoder != self.source else '.'}"
-            f"{', lowercase' if self.lowercase else ''})"
+            f"{', fill-mask' if self.sparse else ''}{', lowercase' if self.lowercase else ''})"
         ]
+        if self.splade is not None:
+            return [*words, f"SpladePooling({self.splade.strategy}, {self.splade.activation})"]
         prompt = "" if self.include_prompt else ", prompt excluded"
         words.append(f"Pooling({'+'.join(self.modes)}{prompt})")
         for step in self.head:
@@ -127,14 +151,6 @@ class Stack:
         return words
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file, or a `ModelError` naming it."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"{path}: cannot read it: {exc}") from exc
-
-
 def read_stack(path: Path) -> Stack:
     """The stack of the model folder ``path``; a `ModelError` names any module it cannot run."""
     modules_file = path / "modules.json"
@@ -144,6 +160,9 @@ def read_stack(path: Path) -> Stack:
     if not isinstance(modules, list) or not modules:
         raise ModelError(f"{modules_file}: expected a list of modules")
     kinds = [module_kind(modules_file, m) for m in modules]
+    folders = [module_folder(path, modules_file, m) for m in modules]
+    if any(kind in SPARSE_KINDS for kind in kinds):
+        return read_sparse(path, modules_file, kinds, folders)
     if (
         kinds[:2] != ["Transformer", "Pooling"]
         or "Transformer" in kinds[2:]
@@ -153,22 +172,56 @@ def read_stack(path: Path) -> Stack:
             f"{modules_file}: batchscore runs a Transformer, then Pooling, then Dense and "
             f"Normalize modules; this model chains {' -> '.join(kinds)}"
         )
-    folders = [module_folder(path, modules_file, m) for m in modules]
     encoder, lowercase = folders[0], read_transformer(folders[0])
     modes, include_prompt = read_pooling(folders[1])
     head = tuple(
         read_dense(folder) if kind == "Dense" else read_normalize(folder)
         for kind, folder in zip(kinds[2:], folders[2:], strict=True)
     )
-    prompts, default = read_prompts(path)
-    return Stack(encoder, modes, include_prompt, head, lowercase, prompts, default, path)
+    config = read_config(path, "SentenceTransformer")
+    prompts, default = read_prompts(path, config)
+    return Stack(
+        encoder,
+        modes,
+        include_prompt,
+        head,
+        lowercase,
+        prompts,
+        default,
+        path,
+        truncate_dim=positive(config, "truncate_dim", path),
+    )
+
+
+def read_sparse(path: Path, modules_file: Path, kinds: list[str], folders: list[Path]) -> Stack:
+    """A SparseEncoder's stack: a masked-language model's Transformer, then SpladePooling."""
+    if kinds[1:] != ["SpladePooling"] or kinds[0] not in ("Transformer", "MLMTransformer"):
+        raise ModelError(
+            f"{modules_file}: batchscore runs a sparse encoder as a Transformer (fill-mask), "
+            f"then SpladePooling; this model chains {' -> '.join(kinds)}"
+        )
+    default = "fill-mask" if kinds[0] == "MLMTransformer" else "feature-extraction"
+    lowercase = read_transformer(folders[0], "fill-mask", default)
+    config = read_config(path, "SparseEncoder")
+    prompts, default = read_prompts(path, config)
+    return Stack(
+        folders[0],
+        include_prompt=True,  # SpladePooling pools every token, the prompt's too
+        lowercase=lowercase,
+        prompts=prompts,
+        default_prompt=default,
+        source=path,
+        splade=read_splade(folders[1]),
+        max_active_dims=positive(config, "max_active_dims", path),
+    )
 
 
 def module_kind(modules_file: Path, module: Any) -> str:
-    """Transformer, Pooling, Dense or Normalize, from a module's class path (either layout)."""
+    """Transformer, Pooling, Dense, Normalize, SpladePooling or MLMTransformer (the older
+    name of a fill-mask Transformer), from a module's class path (either layout)."""
     kind = str(module.get("type", "")) if isinstance(module, dict) else ""
     name = kind.rsplit(".", 1)[-1]
-    if kind.startswith("sentence_transformers.") and name in KINDS:
+    if kind.startswith("sentence_transformers.") and name in KINDS + SPARSE_KINDS:
         return name
     index = module.get("idx", "?") if isinstance(module, dict) else "?"
     raise ModelError(
@@ -184,54 +237,6 @@ def module_folder(root: Path, modules_file: Path, module: dict[str, Any]) -> Pat
     if rel.is_absolute() or ".." in rel.parts:
         raise ModelError(f"{modules_file}: module path {str(rel)!r} leaves the model folder")
     return root / rel
-
-
-def transformer_config(folder: Path) -> dict[str, Any]:
-    for name in TRANSFORMER_CONFIGS:
-        if (folder / name).is_file():
-            config = read_json(folder / name)
-            return config if isinstance(config, dict) else {}
-    return {}
-
-
-def read_transformer(folder: Path) -> bool:
-    """Check the Transformer module turns text into token states; return its do_lower_case."""
-    config = transformer_config(folder)
-    task = config.get("transformer_task", "feature-extraction")
-    modalities = config.get("modality_config") or {"text": {"method": "forward"}}
-    text = modalities.get("text") or {}
-    output = text.get("method_output_name", "last_hidden_state")
-    problem = None
-    if task != "feature-extraction":
-        problem = f'transformer_task "{task}" (batchscore embeds with "feature-extraction")'
-    elif text.get("method") != "forward" or output != "last_hidden_state":
-        problem = f"a text modality read from {text.get('method')}/{output}"
-    elif config.get("module_output_name", "token_embeddings") != "token_embeddings":
-        problem = f'module_output_name "{config["module_output_name"]}"'
-    elif config.get("processing_kwargs"):
-        problem = f"processing_kwargs {sorted(config['processing_kwargs'])}"
-    if problem:
-        raise ModelError(
-            f"{folder}: its Transformer module sets {problem}, which batchscore does not implement"
-        )
-    return bool(config.get("do_lower_case", False))
-
-
-def read_pooling(folder: Path) -> tuple[tuple[str, ...], bool]:
-    """The pooling modes (either config format) and whether the prompt is pooled too."""
-    config = read_json(folder / "config.json")
-    if "pooling_mode" in config:
-        mode = config["pooling_mode"]
-        modes = (mode,) if isinstance(mode, str) else tuple(mode)
-    else:
-        modes = tuple(m for key, m in LEGACY_POOLING.items() if config.get(key)) or ("mean",)
-    unknown = [m for m in modes if m not in POOLING_MODES]
-    if unknown or not modes:
-        raise ModelError(
-            f"{folder}/config.json: pooling mode {unknown or modes} is not one of "
-            f"{', '.join(POOLING_MODES)}"
-        )
-    return modes, bool(config.get("include_prompt", True))
 
 
 def read_dense(folder: Path) -> Dense:
@@ -273,18 +278,42 @@ def read_normalize(folder: Path) -> str:
     return "normalize"
 
 
-def read_prompts(path: Path) -> tuple[dict[str, str], str | None]:
-    """The model's prompts and the name of the one ``encode`` uses when none is asked for."""
+def read_config(path: Path, kind: str) -> dict[str, Any]:
+    """``config_sentence_transformers.json`` (empty when there is none), which must describe
+    a model of ``kind`` ("SentenceTransformer" or "SparseEncoder")."""
     file = path / "config_sentence_transformers.json"
     config = read_json(file) if file.is_file() else {}
-    kind = config.get("model_type", "SentenceTransformer")
-    if kind != "SentenceTransformer":
+    if not isinstance(config, dict):
+        raise ModelError(f"{file}: expected a JSON object")
+    found = config.get("model_type", kind)
+    if found != kind:
         raise ModelError(
-            f"{file}: a {kind} model, not a SentenceTransformer; batchscore embeds "
-            "with SentenceTransformer stacks"
+            f"{file}: a {found} model, and its modules.json chains a {kind}'s modules; "
+            "batchscore embeds with SentenceTransformer and SparseEncoder stacks"
         )
+    return config
+
+
+def read_prompts(path: Path, config: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """The model's prompts and the name of the one ``encode`` uses when none is asked for."""
     prompts = {str(k): str(v or "") for k, v in (config.get("prompts") or {}).items()}
     default = config.get("default_prompt_name")
     if default is not None and default not in prompts:
-        raise ModelError(f'{file}: default_prompt_name "{default}" is not one of its prompts')
+        raise ModelError(
+            f"{path / 'config_sentence_transformers.json'}: default_prompt_name "
+            f'"{default}" is not one of its prompts'
+        )
     return prompts, default
+
+
+def positive(config: dict[str, Any], key: str, path: Path) -> int | None:
+    """An optional positive whole number of the model's config (None when it is not set)."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ModelError(
+            f"{path / 'config_sentence_transformers.json'}: {key} {value!r} is not a "
+            "positive whole number"
+        )
+    return value

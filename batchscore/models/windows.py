@@ -58,3 +58,17 @@ def mean_by_owner(
     single = units[present] == 1
     mean[present[single]] = flat[first[single]].astype(values.dtype)
     return mean.reshape(count, *values.shape[1:])
+
+
+def reduce_by_owner(
+    values: np.ndarray, owners: np.ndarray, count: int, ufunc: np.ufunc
+) -> np.ndarray:
+    """Per owner (0 .. count-1), its units' rows of ``values`` (all >= 0) combined by ``ufunc``
+    (``np.maximum``: their largest value per column; ``np.add``: their sum). An owner with one
+    unit gets that unit's row exactly: starting from zero, neither changes a value >= 0."""
+    units = np.bincount(owners, minlength=count)
+    if len(owners) == count and (units == 1).all():
+        return values[np.argsort(owners, kind="stable")]
+    out = np.zeros((count, *values.shape[1:]), dtype=values.dtype)
+    ufunc.at(out, owners, values)
+    return out

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pyarrow as pa
 
-from batchscore.job.sections import Job
+from batchscore.errors import BookkeepingError
+from batchscore.job.sections import EmbedConfig, Job
 from batchscore.version import __version__
 from batchscore.work.columns import canonical_schema
 from batchscore.work.row_errors import error_fields
@@ -36,4 +38,38 @@ def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, 
         "batchscore.model_files": claim["parts"]["model_files"],
         "batchscore.precision": precision,
         "batchscore.fingerprint": claim["fingerprint"],
+        **(embed_metadata(job.task) if isinstance(job.task, EmbedConfig) else {}),
     }
+
+
+RANGES = "batchscore.embed.ranges"
+
+
+def embed_metadata(options: EmbedConfig) -> dict[str, str]:
+    """How the vectors were cut and quantized, where the job asked: the ranges (JSON, the
+    minimums then the maximums, one float32 per dimension) quantize queries the same way."""
+    found = {
+        "batchscore.embed.truncate_dim": options.truncate_dim,
+        "batchscore.embed.quantize": options.quantize,
+        "batchscore.embed.top_k": options.top_k,
+    }
+    meta = {key: str(value) for key, value in found.items() if value is not None}
+    if options.ranges is not None:
+        meta[RANGES] = json.dumps([list(bound) for bound in options.ranges])
+    return meta
+
+
+def footer_ranges(
+    footers: list[dict[str, str]], where: str
+) -> tuple[tuple[float, ...], ...] | None:
+    """The ranges committed files were quantized with (None: none was), read back from their
+    footers, which must agree: one output never mixes two."""
+    found = {footer[RANGES] for footer in footers if RANGES in footer}
+    if len(found) > 1:
+        raise BookkeepingError(
+            f"{where}; the data files were quantized with {len(found)} different ranges. Run "
+            "with --restart to start over, or point [output].path at a new folder"
+        )
+    if not found:
+        return None
+    return tuple(tuple(float(v) for v in bound) for bound in json.loads(found.pop()))

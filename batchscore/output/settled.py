@@ -1,4 +1,5 @@
-"""What an output folder settled on: the precision (and budget) its first run measured and chose.
+"""What an output folder settled on: the precision (and budget) its first run measured and chose,
+and the ranges int8 / uint8 embeddings are quantized with.
 
 A run that leaves something to measurement (`batchscore.measure.settle`) decides it once per
 folder, records it as ``_batchscore/settled.json`` with its first commit, and every later run of
@@ -70,21 +71,27 @@ class Budget:
 
 @dataclass(frozen=True)
 class Decision:
-    """Everything a folder settled on: its precision, and its budget when it was "auto"."""
+    """Everything a folder settled on: its precision, its budget when it was "auto", and the
+    calibration ranges of int8 / uint8 embeddings (each dimension's minimum, then maximum),
+    measured on the job's first rows when the job gave none."""
 
     precision: Chosen
     batching: Budget | None = None
+    ranges: tuple[tuple[float, ...], ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"precision": self.precision.to_json()}
         if self.batching is not None:
             data["batching"] = self.batching.to_json()
+        if self.ranges is not None:
+            data["ranges"] = [list(bound) for bound in self.ranges]
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Decision:
-        batching = data.get("batching")
+        batching, ranges = data.get("batching"), data.get("ranges")
         return cls(
             Chosen.from_json(data["precision"]),
             Budget.from_json(batching) if batching is not None else None,
+            tuple(tuple(float(v) for v in bound) for bound in ranges) if ranges else None,
         )

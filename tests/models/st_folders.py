@@ -61,9 +61,11 @@ def save_st(
     prompts: dict[str, str] | None = None,
     default_prompt: str | None = None,
     max_seq_length: int | None = None,
+    truncate_dim: int | None = None,
 ) -> Path:
     """Build a SentenceTransformer from modules and ``save()`` it; ``dense`` lists (outputs,
-    activation class name, residual) per Dense layer."""
+    activation class name, residual) per Dense layer; ``truncate_dim`` is saved in its config,
+    which ``encode`` then applies by default."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import (
         Dense,
@@ -86,6 +88,7 @@ def save_st(
         modules.append(Normalize())
     model = SentenceTransformer(modules=modules, prompts=prompts,
                                 default_prompt_name=default_prompt, device="cpu")  # fmt: skip
+    model.truncate_dim = truncate_dim
     model.save(str(folder))
     return folder
 
@@ -136,4 +139,91 @@ def to_hub_layout(source: Path, folder: Path, *, lowercase: bool = False) -> Pat
         elif kind == "Normalize":
             shutil.rmtree(folder / module["path"], ignore_errors=True)  # the hub's have none
     (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+    return folder
+
+
+def tiny_mlm(folder: Path, texts: list[str], *, bias: float = -4.0) -> Path:
+    """A 2-layer BERT masked-language model with random weights and a BPE tokenizer trained on
+    ``texts``; its output bias pushes most logits below zero, so SPLADE weights come out sparse
+    (a few dozen of the 400 words per text), as a trained SPLADE model's do."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    tok = tiny.bpe(list(texts), ["<s>", "<pad>", "</s>", "<unk>", "<mask>"], "<s> $A </s>")
+    specials = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
+    tiny.save_tokenizer(tok, folder, **specials, unk_token="<unk>", mask_token="<mask>")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        initializer_range=0.3,
+        pad_token_id=1,
+    )
+    model = BertForMaskedLM(config)
+    with torch.no_grad():
+        model.cls.predictions.bias.fill_(bias)
+    model.save_pretrained(folder)
+    return folder
+
+
+def save_sparse(
+    folder: Path,
+    mlm: Path,
+    *,
+    strategy: str = "max",
+    activation: str = "relu",
+    prompts: dict[str, str] | None = None,
+    default_prompt: str | None = None,
+    max_active_dims: int | None = None,
+    max_seq_length: int | None = None,
+) -> Path:
+    """Build a SparseEncoder (a fill-mask Transformer, then SpladePooling) and ``save()`` it."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
+
+    transformer = Transformer(str(mlm), transformer_task="fill-mask", max_seq_length=max_seq_length)
+    pooling = SpladePooling(pooling_strategy=strategy, activation_function=activation)
+    model = SparseEncoder(
+        modules=[transformer, pooling],
+        prompts=prompts,
+        default_prompt_name=default_prompt,
+        max_active_dims=max_active_dims,
+        device="cpu",
+    )
+    model.save(str(folder))
+    return folder
+
+
+def sparse_encode(folder: Path, texts: list[str], **options: Any) -> np.ndarray:
+    """The reference: sentence-transformers' own ``SparseEncoder.encode`` (fp32, CPU), dense."""
+    from sentence_transformers import SparseEncoder
+
+    model = SparseEncoder(str(folder), device="cpu")
+    out = model.encode(texts, batch_size=16, convert_to_sparse_tensor=False, **options)
+    return out.cpu().numpy()
+
+
+def to_sparse_v5_layout(source: Path, folder: Path) -> Path:
+    """A copy of an ST 6 sparse folder as sentence-transformers 5.0 saved them: the
+    ``sparse_encoder.models`` class paths, an ``MLMTransformer`` whose config says nothing of a
+    task, and SpladePooling's ``word_embedding_dimension``."""
+    shutil.copytree(source, folder)
+    modules = json.loads((folder / "modules.json").read_text())
+    for module in modules:
+        kind = module["type"].rsplit(".", 1)[-1]
+        module["type"] = "sentence_transformers.sparse_encoder.models." + (
+            "MLMTransformer" if kind == "Transformer" else kind
+        )
+        if kind == "SpladePooling":
+            config_file = folder / module["path"] / "config.json"
+            config = json.loads(config_file.read_text())
+            config["word_embedding_dimension"] = config.pop("embedding_dimension", None)
+            config_file.write_text(json.dumps(config))
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+    st_config = folder / "sentence_bert_config.json"
+    old = json.loads(st_config.read_text())
+    kept = {"max_seq_length": old.get("max_seq_length"), "do_lower_case": False}
+    st_config.write_text(json.dumps(kept))
     return folder

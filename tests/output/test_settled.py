@@ -32,6 +32,10 @@ WRITTEN = [
         }
     },
     {"precision": {"precision": "fp32", "why": "auto: nothing faster", "agreement": None}},
+    {  # int8 embeddings: each dimension's range, measured on the job's first rows
+        "precision": {"precision": "fp32", "why": "fp32 is the reference"},
+        "ranges": [[-0.25, -1.0, 0.0], [0.5, 1.0, 0.0]],
+    },
 ]
 
 
@@ -52,3 +56,9 @@ def test_the_fields_the_run_reads_are_typed():
     )
     assert decision.batching is None
     assert Decision.from_json(WRITTEN[1]).batching == Budget(8192, "from the model's shape")
+
+
+def test_ranges_read_back_as_floats():
+    decision = Decision.from_json(WRITTEN[-1])
+    assert decision.ranges == ((-0.25, -1.0, 0.0), (0.5, 1.0, 0.0))
+    assert Decision.from_json(WRITTEN[0]).ranges is None

@@ -1,0 +1,91 @@
+"""Quantized embeddings (`[embed].quantize`), computed as sentence-transformers'
+``quantize_embeddings`` computes them, so a vector store that reads its output reads ours.
+
+- ``binary`` / ``ubinary``: one bit per dimension, set where the value is above zero, packed
+  eight to a byte (``numpy.packbits``: the first dimension in the highest bit, the last byte
+  padded with zeros); ``binary`` stores each byte minus 128 as int8. 32x smaller than float32.
+- ``int8`` / ``uint8``: each dimension's range (its minimum and maximum over calibration
+  vectors) cut into 255 equal steps; a value becomes the step it falls in, clipped to 0-255
+  (int8: minus 128). The ranges come from the job's own rows and are written in every data
+  file's footer, so queries can be quantized the same way.
+
+All arithmetic is float32, as sentence-transformers does it, so a value on a step's boundary
+falls the same way. Pure functions over numpy arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from batchscore.errors import JobError
+
+Ranges = tuple[tuple[float, ...], ...]  # (minimums, maximums), one number per dimension
+CALIBRATED = ("int8", "uint8")  # the kinds that need ranges
+TYPES = {"int8": pa.int8(), "uint8": pa.uint8(), "binary": pa.int8(), "ubinary": pa.uint8()}
+
+
+def width(kind: str, dim: int) -> int:
+    """Values per vector once quantized: one per dimension, or one byte per eight bits."""
+    return dim if kind in CALIBRATED else (dim + 7) // 8
+
+
+def arrow_type(kind: str, dim: int) -> pa.DataType:
+    """The column's type: fixed_size_list<int8|uint8>[dim], or [dim / 8] packed bits."""
+    return pa.list_(TYPES[kind], width(kind, dim))
+
+
+def measure_ranges(vectors: np.ndarray) -> Ranges:
+    """Each dimension's minimum and maximum over ``vectors`` [rows, dim] (float32 values, exact
+    in JSON). Refused for fewer than two rows, as sentence-transformers refuses: a range of one
+    vector has no width, and every value would fall on one step."""
+    if len(vectors) < 2:
+        raise too_few_rows(len(vectors))
+    vectors = np.asarray(vectors, dtype=np.float32)
+    return (tuple(vectors.min(axis=0).tolist()), tuple(vectors.max(axis=0).tolist()))
+
+
+def too_few_rows(rows: int) -> JobError:
+    """The error for ranges that cannot be measured: ``rows`` vectors, fewer than two."""
+    return JobError(
+        '[embed].quantize: "int8" and "uint8" measure each dimension\'s range on the job\'s '
+        f"first rows ([quality].sample_rows), and only {rows} could be scored there; "
+        'give [embed].ranges, or quantize to "binary"'
+    )
+
+
+def quantize(vectors: np.ndarray, kind: str, ranges: Ranges | None = None) -> np.ndarray:
+    """``vectors`` [rows, dim] (float32) as ``kind``: [rows, `width`] int8 or uint8."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if not len(vectors):  # a window whose every row failed: nothing to calibrate or pack
+        dtype = np.int8 if TYPES[kind] == pa.int8() else np.uint8
+        return np.zeros((0, width(kind, vectors.shape[-1])), dtype=dtype)
+    if kind in ("binary", "ubinary"):
+        packed = np.packbits(vectors > 0, axis=-1)
+        return packed if kind == "ubinary" else (packed.astype(np.int16) - 128).astype(np.int8)
+    if ranges is None:
+        raise ValueError(f"{kind} quantization needs calibration ranges")
+    bounds = np.asarray(ranges, dtype=np.float32)
+    starts = bounds[0, :]
+    steps = (bounds[1, :] - starts) / 255
+    steps = np.where(steps == 0, 1, steps)  # a constant dimension: every value on step 0
+    steps = steps.astype(np.float32, copy=False)
+    values = np.clip(np.floor((vectors - starts) / steps), 0, 255)
+    return values.astype(np.uint8) if kind == "uint8" else (values - 128).astype(np.int8)
+
+
+def check_ranges(ranges: Ranges, dim: int, where: str) -> None:
+    """Given ranges must hold one number per dimension of the vectors they calibrate."""
+    if len(ranges[0]) != dim:
+        raise JobError(
+            f"[embed].ranges: {len(ranges[0])} numbers per list, and {where} writes vectors of "
+            f"{dim} dimensions"
+        )
+
+
+def quantized_to_arrow(values: np.ndarray) -> pa.FixedSizeListArray:
+    """[rows, width] int8 or uint8 -> fixed_size_list<int8|uint8>[width], from the buffer."""
+    values = np.ascontiguousarray(values)
+    kind = pa.int8() if values.dtype == np.int8 else pa.uint8()
+    flat = pa.Array.from_buffers(kind, values.size, [None, pa.py_buffer(values.reshape(-1))])
+    return pa.FixedSizeListArray.from_arrays(flat, values.shape[1])
