@@ -5,9 +5,6 @@ visible)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +13,6 @@ import pyarrow.parquet as pq
 import sample_corpus
 
 from tests.conftest import read_output, write_job
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_job(folder: Path, corpus: pa.Table, chunk_rows: int = 15) -> Path:
@@ -29,17 +24,6 @@ def make_job(folder: Path, corpus: pa.Table, chunk_rows: int = 15) -> Path:
         model={"task": "embed", "max_length": 64, "threads": 1},
         batching={"max_tokens": 1024, "window_rows": chunk_rows},
         output={"path": "out", "chunk_rows": chunk_rows},
-    )
-
-
-def run_cli(job: Path, faults: str = "", *args: str, timeout: float = 300) -> subprocess.Popen:
-    """Start ``batchscore run`` in a subprocess, with fault points armed through the test hook."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BATCHSCORE_FAULTS": faults}
-    return subprocess.Popen(
-        [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
     )
 
 

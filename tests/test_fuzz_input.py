@@ -17,12 +17,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batchscore.cli import main
 from batchscore.errors import EXIT_CODES
+from tests.commands import invoke
 from tests.conftest import output_files, source_of, write_job
 
 pytestmark = pytest.mark.slow
@@ -101,7 +100,7 @@ def test_any_input_gets_a_documented_answer(tables: list[pa.Table], skip: bool):
             model={"task": "embed", "max_length": 16, "threads": 1},
             output={"path": "out", "on_error": "skip" if skip else "fail", "max_bad_share": 1.0},
         )
-        result = CliRunner().invoke(main, ["run", str(job), "--progress", "off"])
+        result = invoke("run", str(job), "--progress", "off")
         assert result.exit_code in EXIT_CODES, (result.exit_code, result.output)
         assert result.exit_code != 1 and "Traceback" not in result.output, result.output
         committed = {}
@@ -216,12 +215,12 @@ def test_one_bad_shard_never_stops_the_others(
             output={"path": "out"},
         )
         bad = [p for p, (how, _) in zip(paths, shards, strict=True) if how not in WRITERS]
-        planned = CliRunner().invoke(main, ["plan", str(job), "--json"])
+        planned = invoke("plan", str(job), "--json")
         assert planned.exit_code == 0 and "Traceback" not in planned.output, planned.output
         failing = {f["shard"] for f in json.loads(planned.stdout)["failures"]}
         assert failing == {str(p.resolve()) for p in bad}
 
-        result = CliRunner().invoke(main, ["run", str(job), "--progress", "off"])
+        result = invoke("run", str(job), "--progress", "off")
         assert "Traceback" not in result.output, result.output
         assert result.exit_code == (3 if bad else 0), result.output
         committed: dict[str, list[pa.Table]] = {}

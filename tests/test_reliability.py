@@ -17,12 +17,12 @@ from batchscore import faults
 from batchscore.errors import InputDataError, TransientIOError, WriteError
 from batchscore.job.load import load_job
 from batchscore.recipes.driver import run_job
+from tests.commands import start
 from tests.conftest import read_output
 from tests.reliability import (
     assert_complete_and_equal,
     assert_nothing_uncommitted_visible,
     make_job,
-    run_cli,
 )
 
 SOAK_CHUNK = 5  # rows per chunk in the kill soaks: many commits, so kills land all through a run
@@ -56,12 +56,12 @@ def test_fault_specs_are_checked():
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_crash_at_each_step_then_resume(job: Path, clean, point: str):
-    crashed = run_cli(job, f"{point}@4:kill")
+    crashed = start(job, faults=f"{point}@4:kill")
     crashed.communicate(timeout=300)
     assert crashed.returncode == -signal.SIGKILL
     out = job.parent / "out"
     assert_nothing_uncommitted_visible(out)
-    resumed = run_cli(job)
+    resumed = start(job)
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err.decode()
     assert_complete_and_equal(out, clean)
@@ -81,7 +81,7 @@ def soak(job: Path, clean: pa.Table, kills: int, seed: int) -> None:
     while len(landed) < kills:
         before = commits()
         assert before < len(clean) // SOAK_CHUNK, "the job finished before every kill landed"
-        proc = run_cli(job)
+        proc = start(job)
         # Wait for 0-2 more commits, then a delay shorter than one 5-row chunk takes, so a kill
         # lands anywhere in the load, the model loop or the commit protocol, yet each costs at
         # most a few chunks of progress however fast the machine is.
@@ -94,7 +94,7 @@ def soak(job: Path, clean: pa.Table, kills: int, seed: int) -> None:
             landed.append(commits())
         proc.wait()
         assert_nothing_uncommitted_visible(out)
-    final = run_cli(job)
+    final = start(job)
     _, err = final.communicate(timeout=300)
     assert final.returncode == 0, err.decode()
     assert_complete_and_equal(out, clean)

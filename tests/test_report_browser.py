@@ -18,9 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from batchscore.cli import main
+from tests.commands import invoke
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.browser
@@ -61,10 +60,6 @@ def browser() -> Iterator[object]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args))
 
 
 def test_the_report_page_loads_cleanly_and_draws_every_chart(

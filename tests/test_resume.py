@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,34 +10,15 @@ import pytest
 
 from batchscore.job.load import load_job
 from batchscore.recipes.driver import run_job
+from tests.commands import start, wait_for_commits
 from tests.conftest import read_output
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def start(job: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-
-
-def wait_for_commits(done: Path, count: int, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while len(list(done.glob("*.json"))) < count:
-        assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.time() < deadline, "no progress"
-        time.sleep(0.02)
 
 
 def test_sigkill_midway_then_resume_equals_clean_run(embed_job: Path, tmp_path: Path):
     clean = run_job(load_job(embed_job, ['output.path="clean"']))
     proc = start(embed_job)
     try:
-        wait_for_commits(tmp_path / "out/_batchscore/done", 3, proc)
+        wait_for_commits(tmp_path / "out", 3, proc)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -61,7 +38,7 @@ def test_sigkill_midway_then_resume_equals_clean_run(embed_job: Path, tmp_path: 
 def test_two_runs_of_one_job_cannot_overlap(embed_job: Path, tmp_path: Path):
     first = start(embed_job)
     try:
-        wait_for_commits(tmp_path / "out/_batchscore/done", 1, first)
+        wait_for_commits(tmp_path / "out", 1, first)
         first.send_signal(signal.SIGSTOP)  # mid-run, lock held, however fast the rest would go
         second = start(embed_job)
         _, err = second.communicate(timeout=120)
@@ -75,11 +52,10 @@ def test_two_runs_of_one_job_cannot_overlap(embed_job: Path, tmp_path: Path):
 @pytest.mark.slow
 def test_killed_during_resume_too(embed_job: Path, tmp_path: Path):
     clean = run_job(load_job(embed_job, ['output.path="clean"']))
-    done = tmp_path / "out/_batchscore/done"
     for target in (2, 5):
         proc = start(embed_job)
         try:
-            wait_for_commits(done, target, proc)
+            wait_for_commits(tmp_path / "out", target, proc)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
@@ -87,5 +63,5 @@ def test_killed_during_resume_too(embed_job: Path, tmp_path: Path):
     assert final.wait(timeout=300) == 0
     got, want = read_output(tmp_path / "out"), read_output(Path(clean["output"]))
     assert got["doc_id"].to_pylist() == want["doc_id"].to_pylist()
-    assert np.allclose(np.array(got["embedding"].to_pylist()),
-                       np.array(want["embedding"].to_pylist()), atol=1e-6)  # fmt: skip
+    a, b = np.array(got["embedding"].to_pylist()), np.array(want["embedding"].to_pylist())
+    assert np.allclose(a, b, atol=1e-6)

@@ -7,13 +7,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.cli import main
 from batchscore.errors import JobError
 from batchscore.job.load import job_from_dict
+from tests.commands import invoke
 from tests.conftest import write_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +93,7 @@ def test_validate_refuses_the_typos_of_the_issue_all_at_once(tmp_path: Path, sha
         generate={"num_beams": 100000},
         output={"path": "out"},
     )
-    result = CliRunner().invoke(main, ["validate", str(job)], catch_exceptions=False)
+    result = invoke("validate", str(job), catch=False)
     assert result.exit_code == 2, result.output
     assert "[model].threads: must be at most 1024, got 100000" in result.stderr
     assert "[generate].num_beams: must be at most 64, got 100000" in result.stderr

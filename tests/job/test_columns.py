@@ -10,16 +10,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import batchscore
-from batchscore.cli import main
 from batchscore.errors import JobError
 from batchscore.job.load import job_from_dict
 from batchscore.job.sections import ClassifyConfig
 from batchscore.models.tasks import TASKS, check_outputs
+from tests.commands import invoke
 
 ALL_SCORES = ClassifyConfig(all_scores=True)  # classify with every column it can write
 OUTPUTS = sorted({n for task in TASKS.values() for n in task.output_names(ALL_SCORES)} | {"error"})
@@ -102,7 +101,7 @@ def test_validate_refuses_label_beside_classify_label_and_duckdb_shows_why(tmp_p
             + "".join(f"{k} = {json.dumps(v)}\n" for k, v in inp.items())
             + '[model]\ntask = "classify"\npath = "m"\n[output]\npath = "out"\n'
         )
-        result = CliRunner().invoke(main, ["validate", str(job)], catch_exceptions=False)
+        result = invoke("validate", str(job), catch=False)
         assert result.exit_code == 2, result.output
         assert said in result.stderr and "[input].id/keep" in result.stderr
 

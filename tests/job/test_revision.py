@@ -8,14 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.cli import main
 from batchscore.errors import JobError
 from batchscore.job.load import job_from_dict
 from batchscore.models.hub import snapshot
+from tests.commands import invoke
 
 COMMIT = "3" * 40
 # characters that make or break a ref name, mixed with ordinary ones and any other character
@@ -70,7 +69,7 @@ def test_an_absolute_path_is_refused_by_validate_and_never_read(tmp_path: Path, 
             f'[model]\ntask = "embed"\nname = "acme/tiny-embed"\n'
             f"revision = {json.dumps(revision)}\n"
         )
-        result = CliRunner().invoke(main, ["validate", str(job)], catch_exceptions=False)
+        result = invoke("validate", str(job), catch=False)
         assert result.exit_code == 2, result.output
         assert "[model].revision: " in result.stderr
         assert "expected a branch, a tag or a commit hash" in result.stderr

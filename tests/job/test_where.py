@@ -11,14 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from batchscore.cli import main
 from batchscore.errors import JobError, OutputConflictError
 from batchscore.job.load import load_job
 from batchscore.job.where import RowFilter, where_problem
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
+from tests.commands import invoke
 from tests.conftest import read_output
 from tests.reliability import make_job
 
@@ -94,9 +93,7 @@ def test_changing_the_filter_refuses_to_mix_outputs(job: Path):
 def test_missing_column_is_a_validation_error(job: Path):
     with pytest.raises(JobError, match=r"\[input\]\.where: names column\(s\) lang"):
         run_job(load_job(job, ["input.where=\"lang = 'en'\""]))
-    result = CliRunner().invoke(
-        main, ["validate", str(job), "--set", "input.where=\"lang = 'en'\""]
-    )
+    result = invoke("validate", str(job), "--set", "input.where=\"lang = 'en'\"")
     assert result.exit_code == 2 and "names column(s) lang the input lacks" in result.stderr
     with pytest.raises(JobError, match=r"\[input\]\.where: not a SQL predicate"):
         load_job(job, ["input.where=\"lang = = 'en'\""])

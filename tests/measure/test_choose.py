@@ -12,9 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from click.testing import CliRunner
 
-from batchscore.cli import main
 from batchscore.errors import QualityGateError
 from batchscore.job.load import load_job
 from batchscore.job.runtimes import openvino_missing
@@ -26,6 +24,7 @@ from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.table import available
 from batchscore.recipes.driver import run_job
+from tests.commands import invoke
 from tests.conftest import read_output, record_of
 from tests.reliability import make_job
 
@@ -133,7 +132,7 @@ def test_check_command(job: Path):
 
     def check(*more: str):
         args = [a for key in [*sets, *more] for a in ("--set", key)]
-        return CliRunner().invoke(main, ["check", str(job), *args])
+        return invoke("check", str(job), *args)
 
     ok = check()
     assert ok.exit_code == 0, ok.stderr

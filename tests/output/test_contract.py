@@ -14,14 +14,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from batchscore.cli import main
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.load import load_job
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.layout import chunk_key, part_name, shard_key
+from tests.commands import invoke
 from tests.conftest import read_output, source_of
 from tests.reliability import make_job
 
@@ -61,10 +60,6 @@ def target(shard: Path, chunk: int = 0) -> str:
     return part_name(chunk_key(shard_key(str(shard.resolve())), chunk))
 
 
-def cli(*args: str):
-    return CliRunner().invoke(main, [*args])
-
-
 def test_foreign_files_survive_run_resume_and_restart(job: Path):
     out = job.parent / "out"
     foreign = drop_foreign(out)
@@ -86,7 +81,7 @@ def test_a_foreign_file_where_a_chunk_goes_stops_the_run_untouched(job: Path):
     shard = sorted((job.parent / "in").glob("*.parquet"))[1]
     out.mkdir()
     (out / target(shard)).write_bytes(b"someone else's file")
-    result = cli("run", str(job), "--progress", "off")
+    result = invoke("run", str(job), "--progress", "off")
     assert result.exit_code == 5, result.output
     assert target(shard) in result.stderr and "did not write" in result.stderr
     assert (out / target(shard)).read_bytes() == b"someone else's file"
@@ -107,7 +102,7 @@ def test_output_may_not_overlap_the_input(job: Path, output: str, relation: str)
     (job.parent / "link-to-in").symlink_to(job.parent / "in")
     before = snapshot(job.parent / "in")
     for command in ("validate", "run"):
-        result = cli(command, str(job), "--set", f'output.path="{output}"')
+        result = invoke(command, str(job), "--set", f'output.path="{output}"')
         assert result.exit_code == 2, result.output
         assert f"is {relation} the input" in result.stderr
     assert snapshot(job.parent / "in") == before
@@ -148,7 +143,7 @@ def test_one_job_per_output_folder(job: Path, tmp_path: Path, small_corpus):
     other = make_job(tmp_path / "other", small_corpus.slice(30, 60))
     text = other.read_text().replace('path = "out"', f'path = "{job.parent / "out"}"')
     other.write_text(text)  # same name ("job"), same settings, other inputs, same folder
-    result = cli("run", str(other))
+    result = invoke("run", str(other))
     assert result.exit_code == 5 and "holds the output of another job, 'job'" in result.stderr
     moved = tmp_path / "elsewhere" / "renamed.toml"  # the same job from a moved, renamed file
     moved.parent.mkdir()
@@ -200,7 +195,7 @@ def test_a_kept_column_named_like_an_output_column_is_refused(job: Path):
     ):
         args = [a for s in sets for a in ("--set", s)]
         for command in ("validate", "run"):
-            result = cli(command, str(job), *args)
+            result = invoke(command, str(job), *args)
             assert result.exit_code == 2 and f"column {column!r}" in result.stderr
 
 

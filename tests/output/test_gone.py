@@ -18,7 +18,8 @@ from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.fs import filesystem
 from batchscore.storage.layout import chunk_key, part_name, record_name, shard_key
-from tests.output.tiny import glob_ids, kept_ids, run_cli, tiny_job, write_shard
+from tests.commands import run
+from tests.output.tiny import glob_ids, kept_ids, tiny_job, write_shard
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -89,7 +90,7 @@ def test_a_kill_at_any_move_leaves_each_file_once_and_the_next_run_finishes(
     before = digests(out)
     (tmp_path / "in/a.parquet").unlink()
 
-    killed = run_cli(job, faults=f"retire-move@{move}:kill")
+    killed = run(job, faults=f"retire-move@{move}:kill")
 
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     [plan_file] = (out / "_batchscore/gone").glob("*.json")
@@ -124,7 +125,7 @@ def test_gone_shards_leave_an_object_store_glob_too(bucket: str, tmp_path: Path)
     run_job(load_job(job))
     (tmp_path / "in/a.parquet").rename(tmp_path / "in/c.parquet")
 
-    killed = run_cli(job, faults="retire-move@3:kill")
+    killed = run(job, faults="retire-move@3:kill")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     report = run_job(load_job(job))
 

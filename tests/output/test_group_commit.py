@@ -16,13 +16,13 @@ from batchscore.job.load import load_job
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.recipes.driver import run_job
 from batchscore.storage.layout import part_name
+from tests.commands import start
 from tests.conftest import read_output, write_job
 from tests.output.test_checkpoint import write_part
 from tests.reliability import (
     assert_complete_and_equal,
     committed_files,
     intended_files,
-    run_cli,
 )
 
 SHARDS, CHUNK = 12, 5  # 60 rows: 12 shards of 5 rows, each one chunk, all in one window
@@ -77,7 +77,7 @@ def test_a_group_killed_midway_resumes_with_every_row_once(tmp_path: Path, rows,
     out.mkdir()
     pq.write_table(pa.table({"x": [1]}), out / FOREIGN)
     foreign = (out / FOREIGN).read_bytes()
-    crashed = run_cli(job, f"{point}:kill")
+    crashed = start(job, faults=f"{point}:kill")
     crashed.communicate(timeout=300)
     assert crashed.returncode == -signal.SIGKILL
     visible = {p.name for p in out.glob("*.parquet")} - {FOREIGN}
@@ -86,7 +86,7 @@ def test_a_group_killed_midway_resumes_with_every_row_once(tmp_path: Path, rows,
         assert pq.read_metadata(out / name).num_rows == CHUNK
     if point.startswith("before-record"):  # the group being recorded: published, all of it
         assert strays and strays == intended_files(out)
-    resumed = run_cli(job)
+    resumed = start(job)
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err.decode()
     assert (out / FOREIGN).read_bytes() == foreign

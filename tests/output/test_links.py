@@ -9,13 +9,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from batchscore.cli import main
 from batchscore.errors import WriteError
 from batchscore.job.load import load_job
 from batchscore.recipes.driver import run_job
 from batchscore.storage.local import LocalStore
+from tests.commands import invoke
 from tests.output.tiny import tiny_job, write_shard
 
 FOLDERS = ["_batchscore", *(f"_batchscore/{f}" for f in ("tmp", "done", "writing", "runs"))]
@@ -67,7 +66,7 @@ def test_a_link_in_the_output_folder_stops_the_run_and_its_target_is_untouched(
     (tmp_path / "in/a.parquet").unlink()  # work for every place: a shard to move out, one to
     write_shard(tmp_path / "in/d.parquet", 5)  # score; the tmp clean-up at the start
 
-    result = CliRunner().invoke(main, ["run", str(job), "--progress", "off"])
+    result = invoke("run", str(job), "--progress", "off")
 
     assert result.exit_code == 6, result.output
     assert f"{link}: is a symbolic link" in result.stderr

@@ -14,7 +14,8 @@ from batchscore.errors import BookkeepingError
 from batchscore.job.load import load_job
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
-from tests.output.tiny import glob_ids, run_cli, tiny_job, write_shard
+from tests.commands import run
+from tests.output.tiny import glob_ids, tiny_job, write_shard
 
 NEW = ("--set", "output.chunk_rows=3")  # other settings: what a restart is for
 
@@ -41,7 +42,7 @@ def test_a_restart_killed_between_records_and_files_is_finished_next_time(
     out = job.parent / "out"
     files = data_files(out)
 
-    killed = run_cli(job, "--restart", *NEW, faults="restart-unrecorded:kill")
+    killed = run(job, "--restart", *NEW, faults="restart-unrecorded:kill")
 
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert data_files(out) == files and not list((out / "_batchscore/done").iterdir())
@@ -49,7 +50,7 @@ def test_a_restart_killed_between_records_and_files_is_finished_next_time(
     assert status["restarting"] and not status["complete"]
     assert {s["state"] for s in status["shards"]} == {"pending"}
 
-    finished = run_cli(job, *NEW, *then)
+    finished = run(job, *NEW, *then)
 
     assert finished.returncode == 0, finished.stderr
     assert glob_ids(out, ("part-0.parquet",)) == ids

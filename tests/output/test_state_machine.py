@@ -16,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +32,10 @@ from batchscore.job.load import load_job
 from batchscore.models.factories import mlp
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
+from tests.commands import run
 from tests.conftest import source_of, write_job
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["a", "b", "c", "d", "e", "zz", "0-first"]
 FOREIGN = ["part-0.parquet", "part-00000-3f2a.snappy.parquet", "notes.txt", "nested/part-1.parquet"]
 ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}
@@ -194,8 +192,8 @@ class OutputFolder(RuleBasedStateMachine):
     @rule(commits=st.integers(1, 3))
     def kill_after_a_commit(self, commits: int) -> None:
         self.started()
-        done = self.subprocess(f"after-record@{commits}:kill")
-        assert done.returncode in (0, -9), done.stderr.decode()[-2000:]
+        done = run(self.job, faults=f"after-record@{commits}:kill")
+        assert done.returncode in (0, -9), done.stderr[-2000:]
         if done.returncode == 0:
             self.check_complete()
 
@@ -206,15 +204,10 @@ class OutputFolder(RuleBasedStateMachine):
         data files batchscore wrote are still there, and the job now has the new settings."""
         self.job = self.write_job(chunk_rows)
         self.started(restart=True)
-        done = self.subprocess("restart-unrecorded:kill", "--restart")
-        assert done.returncode == -9, done.stderr.decode()[-2000:]
+        done = run(self.job, "--restart", faults="restart-unrecorded:kill")
+        assert done.returncode == -9, done.stderr[-2000:]
         event("a --restart killed between its records and its files")
         self.restarting = True
-
-    def subprocess(self, faults: str, *args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "BATCHSCORE_FAULTS": faults}
-        command = [sys.executable, "-m", "batchscore", "run", str(self.job), "--progress", "off"]
-        return subprocess.run([*command, *args], env=env, capture_output=True, timeout=300)
 
     def started(self, *, restart: bool = False) -> None:
         """A run starts: it moves out the output of shards that left (a restart removes it)."""

@@ -3,9 +3,6 @@ task), so a run takes well under a second and a subprocess run a few (torch's st
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from batchscore.models.factories import mlp
-from tests.conftest import ROOT, write_job
+from tests.conftest import write_job
 
 ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}
 
@@ -41,13 +38,6 @@ def write_shard(path: Path, rows: int, seed: int = 0) -> list[str]:
     ids = [f"{path.stem}-{i}" for i in range(rows)]
     pq.write_table(pa.table({"id": ids, **{f"x{j}": x[:, j] for j in range(4)}}), path)
     return ids
-
-
-def run_cli(job: Path, *args: str, faults: str = "") -> subprocess.CompletedProcess:
-    """``batchscore run`` in a real subprocess, fault points armed through the test hook."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "BATCHSCORE_FAULTS": faults}
-    command = [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
 def glob_ids(out: Path, foreign: tuple[str, ...] = ()) -> list[str]:

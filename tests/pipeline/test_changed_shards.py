@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,10 +26,10 @@ from safetensors.torch import save_file
 from batchscore.job.load import load_job
 from batchscore.models.factories import mlp
 from batchscore.recipes.status import job_status
+from tests.commands import run, start, wait_for_commits
 from tests.conftest import output_files, source_of, write_job
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}
 ROWS, CHUNK = 1200, 4
 
@@ -68,23 +67,17 @@ def job(tmp_path: Path) -> Path:
 def run_changing(job: Path, change: object) -> subprocess.CompletedProcess:
     """Run the job in a subprocess; after its first commit, stop it, ``change()`` the input,
     and let it finish. The change must land while most of the shard is still to be read."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off"]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    done = job.parent / "out/_batchscore/done"
+    proc = start(job)
     try:
-        deadline = time.time() + 240
-        while not (done.is_dir() and any(done.glob("*.json"))):
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.time() < deadline, "no commit in time"
-            time.sleep(0.002)
+        wait_for_commits(job.parent / "out", 1, proc)
         proc.send_signal(signal.SIGSTOP)
-        assert len(list(done.glob("*.json"))) < ROWS // CHUNK // 2, "too late to change it"
+        done = list((job.parent / "out/_batchscore/done").glob("*.json"))
+        assert len(done) < ROWS // CHUNK // 2, "too late to change it"
         change()
     finally:
         proc.send_signal(signal.SIGCONT)
     out, err = proc.communicate(timeout=300)
-    return subprocess.CompletedProcess(command, proc.returncode, out.decode(), err.decode())
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
 
 
 def committed(out: Path) -> dict[str, list[tuple[dict, pa.Table]]]:
@@ -130,13 +123,7 @@ def test_a_shard_changed_mid_run_fails_alone_then_is_scored_whole(
     states = {s["shard"]: s["state"] for s in job_status(load_job(job))["shards"]}
     assert states[str(path)] != "done"
 
-    again = subprocess.run(
-        [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off"],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = run(job)
     assert again.returncode == 0, again.stderr
     check_versions(out, path, version)
     files = [f for f in output_files(out) if source_of(f) == str(path)]

@@ -14,12 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from batchscore.cli import main
 from batchscore.errors import ModelError
 from batchscore.precision.int8_linear import int8_available, int8_problem
 from batchscore.precision.table import available, check_precision
+from tests.commands import invoke
 from tests.reliability import make_job
 
 CPU = torch.device("cpu")
@@ -88,11 +87,10 @@ def test_probed_once(monkeypatch, probe_again):
 
 def test_run_exits_4_and_auto_moves_on(ops_gone: None, tmp_path: Path, small_corpus):
     job = make_job(tmp_path, small_corpus.slice(0, 30))
-    runner = CliRunner()
-    result = runner.invoke(main, ["run", str(job), "--set", "model.precision=int8"])
+    result = invoke("run", str(job), "--set", "model.precision=int8")
     assert result.exit_code == 4, result.output
     assert f"torch {torch.__version__}" in result.stderr and "int8" in result.stderr
     sets = ["--set", "model.precision=auto", "--set", "quality.sample_rows=20"]
-    checked = runner.invoke(main, ["check", str(job), *sets])
+    checked = invoke("check", str(job), *sets)
     assert checked.exit_code == 0, checked.stderr
     assert re.search(r"fp32( on OpenVINO)?:", checked.output) and "int8" not in checked.output

@@ -25,8 +25,8 @@ from batchscore.storage import open_store
 from batchscore.storage.fs import filesystem
 from batchscore.storage.local import LocalStore
 from batchscore.work.shards import find_shards
+from tests.commands import start
 from tests.conftest import read_output, write_job
-from tests.reliability import run_cli
 
 pytestmark = pytest.mark.s3
 
@@ -152,7 +152,7 @@ def test_crash_between_upload_and_record_then_resume(bucket, tmp_path, small_cor
     run deletes it, scores that chunk again, and the output equals a local run."""
     upload_shards(small_corpus.slice(0, 90), tmp_path / "in", f"{bucket}/in")
     job = s3_job(tmp_path, f"{bucket}/in", f"{bucket}/out")
-    crashed = run_cli(job, "after-rename@3:kill")
+    crashed = start(job, faults="after-rename@3:kill")
     _, err = crashed.communicate(timeout=600)
     assert crashed.returncode == -signal.SIGKILL, err.decode()
     names = s3_names(f"{bucket}/out")

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -18,10 +16,10 @@ import pytest
 
 from batchscore.storage import open_store
 from batchscore.storage.objects import local_folder
+from tests.commands import run
 from tests.conftest import write_job
 from tests.storage.conftest import Flaky
 
-ROOT = Path(__file__).resolve().parents[2]
 TRIES = "did not answer after 5 tries"
 OTHER_UID = 54321
 
@@ -31,20 +29,6 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def run_cli(job: Path, temp: Path, **env: str) -> subprocess.CompletedProcess:
-    """``batchscore run`` in a subprocess, with this test's temp folder and S3 variables; a
-    run that does not end within the bound fails the test."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp), **env}
-    return subprocess.run(
-        [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=400,
-        check=False,
-    )
 
 
 def small_job(tmp_path: Path, small_corpus: pa.Table, output: str) -> Path:
@@ -69,9 +53,10 @@ def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_an_output_store_nobody_answers_stops_the_run_with_exit_7(tmp_path, temp, small_corpus):
     job = small_job(tmp_path, small_corpus, "s3://nobody-answers/out")
-    done = run_cli(
+    done = run(
         job,
-        temp,
+        timeout=400,
+        TMPDIR=str(temp),
         AWS_ENDPOINT_URL=f"http://127.0.0.1:{closed_port()}",
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
@@ -92,7 +77,7 @@ def test_a_store_whose_server_keeps_failing_stops_the_run_with_exit_7(
     name = bucket.removeprefix("s3://")
     flaky_s3.extend(Flaky(method, f"/{name}", failures=10**6) for method in ("GET", "HEAD", "PUT"))
     job = small_job(tmp_path, small_corpus, f"{bucket}/out")
-    done = run_cli(job, temp, AWS_ENDPOINT_URL=os.environ["AWS_ENDPOINT_URL"])
+    done = run(job, timeout=400, TMPDIR=str(temp), AWS_ENDPOINT_URL=os.environ["AWS_ENDPOINT_URL"])
     assert done.returncode == 7, done.stderr
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
@@ -113,18 +98,18 @@ def test_what_is_planted_where_the_lock_goes_stops_the_run_untouched(
 
     os.chown(folder, OTHER_UID, -1)  # another user's folder where ours goes
     lock.symlink_to(victim)
-    done = run_cli(job, temp)
+    done = run(job, timeout=400, TMPDIR=str(temp))
     assert done.returncode == 6, done.stderr
     assert f"{folder}: belongs to another user (uid {OTHER_UID})" in done.stderr
     assert "Traceback" not in done.stderr
 
     os.chown(folder, os.geteuid(), -1)  # ours again, but the link is still there
-    done = run_cli(job, temp)
+    done = run(job, timeout=400, TMPDIR=str(temp))
     assert done.returncode == 6, done.stderr
     assert f"{lock}: is a symbolic link" in done.stderr and "Traceback" not in done.stderr
     assert victim.read_text() == "another user's file\n" and lock.is_symlink()
 
     lock.unlink()
-    done = run_cli(job, temp)
+    done = run(job, timeout=400, TMPDIR=str(temp))
     assert done.returncode == 0, done.stderr
     assert lock.is_file() and not lock.is_symlink()
