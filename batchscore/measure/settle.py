@@ -71,6 +71,8 @@ def settle(
     """
     if recorded:
         check_recorded(job, recorded)
+        if calibrates(job.task) and recorded.ranges is None:
+            return calibrate(job, model_path, recorded, sample)
         return concrete(job, recorded), None, None
     needs_budget = job.batching.max_tokens == "auto"
     wanted = job.model.precision
@@ -145,6 +147,30 @@ def learn(
     if abs(speedup - before.speedup) > 0.02 * before.speedup:
         log.debug("precision %s: %.2fx fp32 in this run, %.2fx kept", name, speedup, before.speedup)
         cache.learn(key, {name: dataclasses.replace(before, speedup=speedup)})
+
+
+def calibrate(
+    job: Job, model_path: Path, recorded: Decision, sample: pa.Table | None
+) -> tuple[Job, Decision | None, Trial | None]:
+    """A folder settled with no row to measure on (`nothing_to_measure`) whose job quantizes
+    to int8 or uint8: its ranges are measured now, on the first rows there are, at the
+    precision it settled on, and recorded with the rest of its decision at the next commit."""
+    settled = concrete(job, recorded)
+    table = sample if sample is not None else sample_rows(job, job.quality.sample_rows)
+    if table.num_rows == 0:  # still nothing: no row will be scored either
+        return settled, None, None
+    precision = settled.model.precision
+    with stage(f"measuring each dimension's range on {table.num_rows} rows", "ranges measured"):
+        chosen = trial(
+            settled,
+            model_path,
+            precision,
+            table=table,
+            max_tokens=trial_budget(settled),
+            timed=False,
+        )
+    decision = dataclasses.replace(recorded, ranges=measured_ranges(chosen.task))
+    return concrete(job, decision), decision, chosen
 
 
 def nothing_to_measure(job: Job) -> Decision:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -57,3 +58,33 @@ def test_a_folder_of_empty_shards_completes_the_job(tmp_path: Path, small_corpus
     data = [pq.read_table(p) for p in (tmp_path / "out").glob("*.parquet")]
     assert len(data) == 3 and sum(t.num_rows for t in data) == 0
     assert all(t.schema.field("embedding").type == pa.list_(pa.float32(), 384) for t in data)
+
+
+def test_int8_ranges_are_measured_when_the_first_rows_arrive(
+    tmp_path: Path, small_corpus, minilm_path
+):
+    """A folder settled on empty shards has no ranges to keep; a shard with rows added later is
+    quantized with ranges measured on its rows, then recorded, as a first run's would be."""
+    from sentence_transformers import SentenceTransformer
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(small_corpus.slice(0, 0), tmp_path / "in/s0.parquet")
+    job = default_job(tmp_path)
+    job.write_text(job.read_text() + '[embed]\nquantize = "int8"\n')
+    code, output = run(job)
+    assert code == 0, output
+    settled = tmp_path / "out/_batchscore/settled.json"
+    assert "ranges" not in json.loads(settled.read_text())
+    rows = small_corpus.slice(0, 40)
+    pq.write_table(rows, tmp_path / "in/s1.parquet")
+    code, output = run(job)
+    assert code == 0, output
+    ranges = json.loads(settled.read_text())["ranges"]
+    model = SentenceTransformer(str(minilm_path), device="cpu")
+    model.max_seq_length = 64  # the job's max_length
+    floats = model.encode(rows["text"].to_pylist())
+    assert np.abs(np.asarray(ranges) - np.vstack((floats.min(0), floats.max(0)))).max() < 1e-5
+    written = [pq.read_metadata(p).metadata for p in (tmp_path / "out").glob("*.parquet")]
+    quantized = [m for m in written if b"batchscore.embed.ranges" in m]
+    assert len(quantized) == 1  # the empty shard's file was written before there were any
+    assert json.loads(quantized[0][b"batchscore.embed.ranges"]) == ranges
