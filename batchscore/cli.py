@@ -5,17 +5,26 @@ Errors become messages and exit codes here and only here (see `batchscore.errors
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 from batchscore.errors import MetricsError
-from batchscore.exits import json_logs, reports_errors, stopping_on_signals
+from batchscore.exits import (
+    Group,
+    configured,
+    data,
+    json_logs,
+    reports_errors,
+    say,
+    settings,
+    stopping_on_signals,
+)
 from batchscore.job.load import load_job
 from batchscore.job.sections import Job
 from batchscore.observe.phases import process_start
@@ -50,28 +59,20 @@ def process_started() -> float | None:
     return obj.get("process_started") if isinstance(obj, dict) else None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="batchscore")
-@click.option("-v", "--verbose", is_flag=True, help="Log debugging detail.")
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Log lines for people, or one JSON object per line for log collectors.",
-)
-def main(verbose: bool, log_format: str) -> None:
+def main() -> None:
     """Score every row of Parquet shards with a PyTorch model, resumably.
+
+    -v, -q and --log-format may come before the command or after it.
 
     \b
     Example:
         batchscore validate jobs/embed.toml
         batchscore run jobs/embed.toml
-        batchscore --log-format json run jobs/summarize.toml --metrics-file batchscore.prom
+        batchscore run jobs/summarize.toml --log-format json --metrics-file batchscore.prom
     """
-    from batchscore.observe.logs import setup_logging
-
-    setup_logging(verbose, log_format, terminal=sys.stderr.isatty())
+    configured(click.get_current_context())
     if spec := os.environ.get("BATCHSCORE_FAULTS"):  # the fault-injection tests' hook only
         from batchscore import faults
 
@@ -116,41 +117,49 @@ def run(
     engine: str | None,
     metrics_file: str | None,
 ) -> None:
-    """Score every row of JOB not yet committed, then print a summary.
+    """Score every row of JOB not yet committed, then print a summary (or that there was
+    nothing to do, and how much is committed). With --log-format json the summary is one JSON
+    object on stdout; with -q there is none.
 
     \b
     Example:
         batchscore run jobs/embed.toml
         batchscore run jobs/embed.toml --set model.precision=bf16 --restart
         batchscore run jobs/summarize.toml --engine ray --progress log
+        batchscore run jobs/embed.toml -q --metrics-file embed.prom
     """
-    from pathlib import Path
-
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
         from batchscore.measure.cache import DecisionCache, cache_folder
-        from batchscore.observe.report import summary
+        from batchscore.observe.report import key_figures, summary
         from batchscore.recipes.driver import run_job
+        from batchscore.recipes.stopped import metrics_however_it_stops
 
+    quiet = settings().quiet
     if progress == "auto":
-        progress = "bar" if sys.stderr.isatty() and not json_logs() else "log"
+        progress = "bar" if sys.stderr.isatty() and not json_logs() and not quiet else "log"
+    elif progress == "bar" and json_logs():
+        progress = "log"  # a bar is no JSON line: its counts go out as log lines instead
     if engine is not None:
         overrides = (*overrides, f'engine="{engine}"')
     loaded = load(job, overrides)
+    metrics = Path(metrics_file) if metrics_file else None
     try:
-        with stopping_on_signals():
+        with stopping_on_signals(), metrics_however_it_stops(loaded, metrics):
             report = run_job(
                 loaded,
                 restart=restart,
                 progress=progress,
                 accept_quality=accept_quality,
-                metrics_file=Path(metrics_file) if metrics_file else None,
+                metrics_file=metrics,
                 cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
                 process_started=process_started(),
             )
     except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
-        click.echo(summary(exc.report))
+        if not quiet:
+            say(summary(exc.report), event="summary", **key_figures(exc.report))
         raise
-    click.echo(summary(report))
+    if not quiet:
+        say(summary(report), event="summary", **key_figures(report))
 
 
 @main.command()
@@ -160,6 +169,10 @@ def run(
 def validate(job: str, overrides: tuple[str, ...]) -> None:
     """Check JOB's file, inputs, model and device without loading weights or scoring.
 
+    A problem exits with the status `run` would meet it with: 2 for the job file, 4 for the
+    model, 3 for a shard that cannot be read or lacks a column (7 when reading failed
+    transiently); the message lists every problem found.
+
     \b
     Example:
         batchscore validate jobs/embed.toml
@@ -168,9 +181,9 @@ def validate(job: str, overrides: tuple[str, ...]) -> None:
     from batchscore.recipes.preflight import preflight
 
     loaded = load(job, overrides)
-    for fact in preflight(loaded):
-        click.echo(f"  {fact}")
-    click.echo(f"{job}: ok")
+    facts = preflight(loaded)
+    text = "\n".join([*(f"  {fact}" for fact in facts), f"{job}: ok"])
+    say(text, event="validated", message=f"{job}: ok", facts=facts)
 
 
 @main.command()
@@ -199,8 +212,6 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
         batchscore check jobs/embed.toml --set model.precision=bf16
         batchscore check jobs/embed.toml --export decisions.json
     """
-    from pathlib import Path
-
     with paused():
         from batchscore.errors import QualityGateError
         from batchscore.measure.cache import DecisionCache, cache_folder
@@ -215,21 +226,31 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
     chosen, passed, before = check_quality(
         loaded, path, cache=cache, model_files=files, refresh=refresh
     )
+    lines: list[str] = []
     if before is not None:
-        click.echo(f"measured on this machine before ({before.measured_at}):")
-        for name, seen in before.measured.items():
-            click.echo(
-                f"  {name}: {seen.speedup:.2f}x fp32 per padded token, load {seen.load_s:.1f} s"
-            )
-        for name, why in before.unusable.items():
-            click.echo(f"  {name}: cannot run this model ({why})")
-        click.echo("measured now:")
-    for line in chosen.trials:
-        click.echo(f"  {line}")
-    click.echo(f"{job}: precision {chosen.precision}: {chosen.why}")
+        lines.append(f"measured on this machine before ({before.measured_at}):")
+        lines += [
+            f"  {name}: {seen.speedup:.2f}x fp32 per padded token, load {seen.load_s:.1f} s"
+            for name, seen in before.measured.items()
+        ]
+        lines += [
+            f"  {name}: cannot run this model ({why})" for name, why in before.unusable.items()
+        ]
+        lines.append("measured now:")
+    lines += [f"  {line}" for line in chosen.trials]
+    verdict = f"{job}: precision {chosen.precision}: {chosen.why}"
+    lines.append(verdict)
     if export:
         kept = cache.export(machine_key(loaded, files), Path(export))
-        click.echo(f"{export}: {', '.join(kept.measured) or 'fp32 only'} for this model here")
+        lines.append(f"{export}: {', '.join(kept.measured) or 'fp32 only'} for this model here")
+    say(
+        "\n".join(lines),
+        event="checked",
+        message=verdict,
+        precision=chosen.precision,
+        passed=passed,
+        trials=list(chosen.trials),
+    )
     if not passed:
         raise QualityGateError(f"{job}: {loaded.model.precision} fails the quality gate")
 
@@ -238,19 +259,34 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
 @JOB
 @SET
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 13 unless the output is complete for JOB as given (for a scheduler to gate on).",
+)
 @reports_errors
-def status(job: str, overrides: tuple[str, ...], as_json: bool) -> None:
+def status(job: str, overrides: tuple[str, ...], as_json: bool, check: bool) -> None:
     """Show what is done, pending and failed for JOB, from its checkpoints alone.
+
+    With --check it exits 13 unless the output is complete for JOB with its settings as
+    given: every shard done, nothing damaged or refused, no removed shard's output left in
+    the data files.
 
     \b
     Example:
         batchscore status jobs/summarize.toml
         batchscore status jobs/summarize.toml --json
+        batchscore status jobs/summarize.toml --check && echo complete
     """
-    from batchscore.recipes.status import format_status, job_status
+    from batchscore.recipes.status import check_complete, format_status, headline, job_status
 
     result = job_status(load(job, overrides))
-    click.echo(json.dumps(result, indent=2) if as_json else format_status(result))
+    if as_json:
+        click.echo(data(result))
+    else:
+        say(format_status(result), event="status", message=headline(result), status=result)
+    if check:
+        check_complete(result, job)
 
 
 @main.command()
@@ -276,11 +312,12 @@ def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> Non
 
     numbers = report_numbers(load(job, overrides))
     if as_json:
-        click.echo(json.dumps(numbers, indent=2))
+        click.echo(data(numbers))
         return
     write_page(numbers, out)
     run = numbers["figures"]
-    click.echo(f"{out}: run {run.get('run_id')} of {numbers['job']}: {run.get('outcome')}")
+    text = f"{out}: run {run.get('run_id')} of {numbers['job']}: {run.get('outcome')}"
+    say(text, event="report written", path=out, run_id=run.get("run_id"))
 
 
 @main.command()
@@ -296,7 +333,12 @@ def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> Non
 )
 @click.option("--no-timing", is_flag=True, help="Never load the model (no estimate without a run).")
 @click.option("--max-wall-s", type=float, help="Exit 12 if the estimated wall time is longer.")
-@click.option("--max-tokens", type=int, help="Exit 12 if the job has more tokens to score.")
+@click.option(
+    "--max-tokens",
+    type=int,
+    help="Exit 12 if the job has more tokens to score in all (not [batching].max_tokens, "
+    "the tokens of one batch).",
+)
 @reports_errors
 def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> None:
     """A dry run of JOB: shards, rows after `where`, rows already committed, tokens, expected
@@ -325,5 +367,8 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
         cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
         startup_s=time.time() - process if process is not None else None,
     )
-    click.echo(json.dumps(result, indent=2, default=str) if as_json else format_plan(result))
+    if as_json:
+        click.echo(data(result))
+    else:
+        say(format_plan(result), event="plan", plan=result)
     check_limits(result, job, **limits)

@@ -1,4 +1,10 @@
-"""Where errors become messages and exit statuses: the command line's boundary.
+"""The command line's edges: the options every command takes, what it writes, and how it ends.
+
+Global options (``-v``, ``-q``, ``--log-format``) belong to the group and to every command,
+so they may come before the command or after it. With ``--log-format json`` every line the
+process writes is one JSON object: log lines on stderr, each command's result on stdout
+(`say`), usage errors, and even a bug's traceback (exit 1), so a log collector never meets a
+line that is not JSON.
 
 Library code raises the package's exceptions; here each becomes one clear message on stderr
 (or one JSON log line) and the documented exit status, and SIGTERM and SIGHUP stop a run the
@@ -9,22 +15,165 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from batchscore.errors import BatchscoreError
+from batchscore.observe.logs import json_line, setup_logging
 
 log = logging.getLogger("batchscore")
+SETTINGS = "batchscore.logging"  # the key of `Settings` in click's context meta
+
+
+@dataclass
+class Settings:
+    """The global options (``-v``, ``-q``, ``--log-format``) of one command line, given before
+    the command or after it: one object shared by the group's and the command's contexts."""
+
+    verbose: bool = False
+    quiet: bool = False
+    log_format: str = "text"
+    applied: tuple[int, str] | None = None  # the logging set up so far: (level, format)
+
+
+def settings(ctx: click.Context | None = None) -> Settings:
+    """This command line's global options (the defaults outside a command line)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    if ctx is None:
+        return Settings()
+    return ctx.meta.setdefault(SETTINGS, Settings())
 
 
 def json_logs() -> bool:
-    ctx = click.get_current_context(silent=True)
-    return bool(ctx and ctx.find_root().params.get("log_format") == "json")
+    return settings().log_format == "json"
+
+
+def remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A global option's callback: given before the command or after it, it counts the same
+    (`Settings` is shared by both contexts); one not given leaves the other's."""
+    if value:
+        setattr(settings(ctx), str(param.name), value)
+    return value
+
+
+def global_options() -> list[click.Option]:
+    """``-v``, ``-q`` and ``--log-format``: options of the group and of every command, so a
+    user (or cron) may put them before the command or after it."""
+    return [
+        click.Option(
+            ["-v", "--verbose"],
+            is_flag=True,
+            expose_value=False,
+            callback=remember,
+            help="Log debugging detail: why each choice was made, each chunk committed.",
+        ),
+        click.Option(
+            ["-q", "--quiet"],
+            is_flag=True,
+            expose_value=False,
+            callback=remember,
+            help="Log warnings and errors only; `run` prints no summary.",
+        ),
+        click.Option(
+            ["--log-format"],
+            type=click.Choice(["text", "json"]),
+            expose_value=False,
+            callback=remember,
+            help="Log lines for people (text, the default), or one JSON object per line, "
+            "results on stdout included, for log collectors.",
+        ),
+    ]
+
+
+def configure(ctx: click.Context) -> None:
+    """Set up logging as the global options say, once they are all parsed (again when an
+    option after the command changed what the group set up)."""
+    given = settings(ctx)
+    if given.verbose and given.quiet:
+        raise click.UsageError("-v and -q ask for opposite things; give one of them", ctx)
+    level = logging.DEBUG if given.verbose else logging.WARNING if given.quiet else logging.INFO
+    if given.applied != (level, given.log_format):
+        setup_logging(level, given.log_format, terminal=sys.stderr.isatty())
+        given.applied = (level, given.log_format)
+
+
+def configured(ctx: click.Context) -> None:
+    """`configure`, its usage error written as JSON where the command line asks for JSON."""
+    try:
+        configure(ctx)
+    except click.UsageError as exc:
+        if not json_logs():
+            raise
+        click.echo(usage_error_line(exc, ctx), err=True)
+        raise click.exceptions.Exit(exc.exit_code) from None
+
+
+class JsonUsage:
+    """A usage error (an unknown option, a missing argument) is one JSON log line on stderr
+    when the command line asks for JSON logs, as every other line is; else click's text."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        given = list(args)  # click's parser consumes the list it is given
+        try:
+            return super().make_context(info_name, args, parent, **extra)  # type: ignore[misc]
+        except click.UsageError as exc:
+            wanted = asks_for_json(given) or (parent is not None and json_logs())
+            if not wanted:
+                raise
+            click.echo(usage_error_line(exc, exc.ctx), err=True)
+            raise click.exceptions.Exit(exc.exit_code) from None
+
+
+class Command(JsonUsage, click.Command):
+    """A batchscore command: the global options are its own too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(global_options())
+
+    def invoke(self, ctx: click.Context) -> Any:
+        configured(ctx)
+        return super().invoke(ctx)
+
+
+class Group(JsonUsage, click.Group):
+    """The `batchscore` group: its commands are `Command`s."""
+
+    command_class = Command
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(global_options())
+
+
+def say(text: str, *, event: str, message: str | None = None, **fields: Any) -> None:
+    """A command's result on stdout: ``text`` for people; with ``--log-format json`` one JSON
+    object (a log line's keys, ``message`` (default: ``text``'s first line), ``event`` and
+    ``fields``), so every line the process writes is JSON."""
+    if json_logs():
+        first = text.splitlines()[0] if text else ""
+        message = message if message is not None else first.removeprefix("batchscore: ")
+        click.echo(json_line(message, event=event, **fields))
+    else:
+        click.echo(text)
+
+
+def data(value: Any) -> str:
+    """``--json``'s output: indented for people, one line under ``--log-format json``."""
+    return json.dumps(value, indent=None if json_logs() else 2, default=str)
 
 
 def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -53,8 +202,39 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             else:
                 click.echo(f"batchscore: {message}, the next run resumes", err=True)
             sys.exit(code)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's own: usage errors and exits (`usage_errors` writes them as JSON)
+        except Exception as exc:
+            if not json_logs():
+                raise  # a bug: the traceback, exit 1
+            extra = {"error": type(exc).__name__, "exit_code": 1}
+            log.exception("internal error (a bug: please report it): %s", exc, extra=extra)
+            sys.exit(1)
 
     return wrapper
+
+
+def asks_for_json(args: list[str]) -> bool:
+    """Whether a command line asks for JSON logs, before click has parsed it."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--log-format=json" or (
+            arg == "--log-format" and args[i + 1 : i + 2] == ["json"]
+        ):
+            return True
+    return False
+
+
+def usage_error_line(exc: click.ClickException, ctx: click.Context | None) -> str:
+    """A usage error (an unknown option, a missing argument) as one JSON log line."""
+    where = f"; see {ctx.command_path} --help" if ctx is not None else ""
+    return json_line(
+        f"{exc.format_message()}{where}",
+        level="error",
+        error=type(exc).__name__,
+        exit_code=exc.exit_code,
+    )
 
 
 class Stopped(KeyboardInterrupt):

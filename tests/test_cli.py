@@ -60,7 +60,7 @@ def test_validate_ok_and_bad(embed_job: Path, tmp_path: Path):
 
 def test_validate_reports_missing_columns_and_inputs(embed_job: Path, tmp_path: Path):
     result = invoke("validate", str(embed_job), "--set", "input.text=body")
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # as `run` fails each shard that lacks the column
     assert "missing column(s) body" in result.stderr
     assert result.stderr.count("missing column(s) body") == 3  # every shard named
     (tmp_path / "in").rename(tmp_path / "gone")
@@ -132,3 +132,117 @@ def test_readme_documents_every_exit_code():
     readme = (ROOT / "README.md").read_text()
     for code in EXIT_CODES:
         assert f"\n| {code} | " in readme, f"exit code {code} missing from the README table"
+
+
+# -- global options, before or after the command ------------------------------------------------
+
+
+def test_global_options_count_before_and_after_the_command(embed_job: Path):
+    """`-v`, `-q` and `--log-format` are options of the group and of every command: a cron line
+    may put them after the job, as people write them."""
+    after = invoke("validate", str(embed_job), "--log-format", "json", "-v")
+    before = invoke("--log-format", "json", "-v", "validate", str(embed_job))
+    for result in (after, before):
+        assert result.exit_code == 0, result.output
+        (line,) = result.stdout.splitlines()
+        entry = json.loads(line)
+        assert entry["event"] == "validated" and entry["message"] == f"{embed_job}: ok"
+        assert entry["facts"][0] == "input: 3 shard(s), 360 rows"
+    for command in COMMANDS[1:]:
+        shown = CliRunner().invoke(main, [*command, "--help"]).output
+        assert "-q, --quiet" in shown and "--log-format [text|json]" in shown, command
+
+
+def test_quiet_says_only_warnings_and_errors(embed_job: Path):
+    quiet = invoke("run", str(embed_job), "-q", "--progress", "log")
+    assert quiet.exit_code == 0, quiet.stderr
+    assert quiet.output == ""  # no summary, no log line
+    again = invoke("-q", "run", str(embed_job), "--set", "model.precision=fp61")
+    assert again.exit_code == 2 and "[model].precision" in again.stderr  # errors still said
+
+
+def test_verbose_and_quiet_together_is_a_usage_error(embed_job: Path):
+    result = invoke("-v", "validate", str(embed_job), "-q")
+    assert result.exit_code == 2 and "-v and -q ask for opposite things" in result.stderr
+    result = invoke("validate", str(embed_job), "-q", "-v", "--log-format", "json")
+    assert result.exit_code == 2
+    entry = json.loads(result.stderr)
+    assert entry["level"] == "error" and entry["exit_code"] == 2
+    assert "-v and -q" in entry["message"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--log-format", "json", "run", "job.toml", "--no-such-option"],
+        ["run", "--log-format=json"],  # the job argument missing
+        ["--log-format", "json", "--bogus", "run", "job.toml"],
+    ],
+)
+def test_usage_errors_are_json_lines_when_json_is_asked_for(args: list[str]):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    entry = json.loads(line)
+    assert entry["level"] == "error" and entry["error"] in ("NoSuchOption", "MissingParameter")
+    assert entry["exit_code"] == 2 and "--help" in entry["message"]
+
+
+# -- saying what happened ----------------------------------------------------------------------
+
+
+def test_a_run_with_nothing_to_do_says_so(embed_job: Path):
+    assert invoke("run", str(embed_job), "--progress", "off").exit_code == 0
+    again = invoke("run", str(embed_job), "--progress", "off")
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        "batchscore: embed: nothing to do: every row is committed (360 rows in 9 chunks)",
+        f"  output: {embed_job.parent / 'out'}",
+    ]
+    as_json = invoke("run", str(embed_job), "--log-format", "json", "--progress", "off")
+    summary = json.loads(as_json.stdout)
+    assert summary["event"] == "summary" and summary["nothing_to_do"] is True
+    assert summary["rows"] == 0 and summary["rows_already_done"] == 360
+
+
+def test_no_line_of_a_run_is_said_twice(embed_job: Path):
+    """Everything a run says, at -v, on both streams: each line once."""
+    auto = 'model.precision="auto"'
+    result = invoke("-v", "run", str(embed_job), "--progress", "log", "--set", auto)
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    repeated = {line for line in lines if lines.count(line) > 1}
+    assert not repeated, repeated
+
+
+# -- exit codes a scheduler can gate on -------------------------------------------------------
+
+
+def test_validate_exits_with_the_code_run_would_use(embed_job: Path, tmp_path: Path):
+    """A corrupt shard is the data's problem: `run` exits 3 for it, and so does `validate`;
+    a job-file problem beside it is the job's (2), and both are listed."""
+    (tmp_path / "in" / "docs-001.parquet").write_bytes(b"PAR1 not parquet at all")
+    checked = invoke("validate", str(embed_job))
+    assert checked.exit_code == 3, checked.stderr
+    assert "docs-001.parquet: not a readable Parquet file" in checked.stderr
+    ran = invoke("run", str(embed_job), "--progress", "off")
+    assert ran.exit_code == 3
+    both = invoke("validate", str(embed_job), "--set", "input.keep=['embedding']")
+    assert both.exit_code == 2, both.stderr
+    assert "not a readable Parquet file" in both.stderr and "embedding" in both.stderr
+
+
+def test_status_check_exits_13_until_the_output_is_complete(embed_job: Path, tmp_path: Path):
+    before = invoke("status", str(embed_job), "--check")
+    assert before.exit_code == 13
+    assert "not complete (0 of 360 rows committed): 3 shard(s) pending" in before.stderr
+    (tmp_path / "in" / "docs-002.parquet").write_bytes(b"PAR1 not parquet at all")
+    assert invoke("run", str(embed_job), "--progress", "off").exit_code == 3
+    failed = invoke("status", str(embed_job), "--check", "--json")
+    assert failed.exit_code == 13 and "1 shard(s) failed" in failed.stderr
+    assert json.loads(failed.stdout)["complete"] is False
+    shutil.copy(tmp_path / "in" / "docs-000.parquet", tmp_path / "in" / "docs-002.parquet")
+    assert invoke("run", str(embed_job), "--progress", "off").exit_code == 0
+    assert invoke("status", str(embed_job), "--check").exit_code == 0
+    other = invoke("status", str(embed_job), "--check", "--set", "model.max_length=64")
+    assert other.exit_code == 13 and "a run would refuse the folder" in other.stderr

@@ -3,7 +3,7 @@
 A run's stage events (``event``: start, model loaded, precision chosen, shard committed, run
 finished) carry the job's name and the run's id (`run_context`). JSON logs carry every event,
 whatever the level; text shows the routine ones (a shard committed, the run's choices and
-their reasons) only with ``-v``.
+their reasons) only with ``-v``; ``-q`` leaves warnings and errors alone, in either format.
 """
 
 from __future__ import annotations
@@ -24,18 +24,36 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "detai
 log = logging.getLogger("batchscore")
 
 
+def json_entry(
+    message: str, *, level: str = "info", created: float | None = None, **fields: Any
+) -> dict[str, Any]:
+    """One JSON log line's object: ``{"time", "level", "logger", "message", ...fields}``, the
+    shape every line of a JSON log has, a command's result on stdout included."""
+    created = time.time() if created is None else created
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    return {
+        "time": f"{stamp}.{int(created * 1000) % 1000:03d}Z",
+        "level": level,
+        "logger": "batchscore",
+        "message": message,
+        **fields,
+    }
+
+
+def json_line(message: str, **fields: Any) -> str:
+    """`json_entry` as one line of text (values JSON cannot hold are written as strings)."""
+    return json.dumps(json_entry(message, **fields), default=str)
+
+
 class JsonFormatter(logging.Formatter):
     """``{"time", "level", "logger", "message", ...extra}``: what Loki, Fluent Bit or
     CloudWatch parse without a custom pattern."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
+        entry = json_entry(
+            record.getMessage(), level=record.levelname.lower(), created=record.created
+        )
+        entry["logger"] = record.name
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
@@ -44,23 +62,27 @@ class JsonFormatter(logging.Formatter):
 
 class Threshold(logging.Filter):
     """batchscore's records at ``level`` and above, less those marked ``detail`` unless at
-    debug level; and for JSON every stage event, whatever its level."""
+    debug level; and for JSON every stage event, whatever its level, unless quiet (``level``
+    above INFO: warnings and errors only)."""
 
     def __init__(self, level: int, events: bool) -> None:
         super().__init__()
         self.level, self.events = level, events
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.events and hasattr(record, "event"):
+        if self.events and self.level <= logging.INFO and hasattr(record, "event"):
             return True
         if getattr(record, "detail", False) and self.level > logging.DEBUG:
             return False  # routine detail (a shard committed): text shows it with -v only
         return record.levelno >= self.level
 
 
-def setup_logging(verbose: bool, fmt: str, terminal: bool = False) -> None:
-    """Log to stderr at INFO (DEBUG when verbose), as text or JSON lines; on a terminal, text
-    shows a spinner while a slow step runs."""
+def setup_logging(level: int, fmt: str, terminal: bool = False) -> None:
+    """Log to stderr at ``level`` (DEBUG with ``-v``, INFO, WARNING with ``-q``), as text or
+    JSON lines; on a terminal, text shows a spinner while a slow step runs. Python warnings
+    (a library's ``UserWarning``) go through the same handler, so a JSON log holds no line
+    that is not JSON. Called again (an option given after the command), it replaces its
+    handler."""
     handler = SpinnerHandler(sys.stderr) if terminal and fmt != "json" else None
     handler = handler or logging.StreamHandler(sys.stderr)
     text = logging.Formatter("batchscore: %(message)s")
@@ -69,8 +91,8 @@ def setup_logging(verbose: bool, fmt: str, terminal: bool = False) -> None:
     for old in root.handlers:
         old.close()
     root.handlers[:] = [handler]
-    level = logging.DEBUG if verbose else logging.INFO
     root.setLevel(level)
+    logging.captureWarnings(True)
     # batchscore logs its events at any level; the filter decides which are shown
     log.setLevel(logging.DEBUG)
     log.filters[:] = [f for f in log.filters if not isinstance(f, Threshold)]

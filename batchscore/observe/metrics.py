@@ -1,9 +1,15 @@
 """Prometheus textfile metrics for a run, for node_exporter's textfile collector.
 
-Written at the end of every run, whatever its outcome, atomically (temp file, fsync, rename
-in the same folder), so the collector never reads half a file. The last success time comes
-from the output's run reports, so it survives failed runs, lost metrics files and new hosts:
-alert on ``time() - batchscore_last_success_timestamp_seconds``.
+The text format is prometheus_client's (`generate_latest`). The file is written here rather
+than by its `write_to_textfile`, which renames its temp file into place without an fsync: after
+a power cut the name could point at an empty file. Here it is atomic and durable (temp file,
+fsync, rename in the same folder), so the collector never reads half a file. prometheus_client
+is imported when metrics are written (about 60 ms), never by ``import batchscore``.
+
+Written at the end of every run, whatever its outcome. The last success time comes from the
+output's run reports, so it survives failed runs, lost metrics files and new hosts; a job that
+has never succeeded says 0, so alerting on ``time() -
+batchscore_last_success_timestamp_seconds`` fires for it too.
 """
 
 from __future__ import annotations
@@ -16,15 +22,24 @@ from typing import Any
 
 from batchscore.errors import write_error
 
-# name -> (type, help, the report key it reads)
+# name -> (help, the report key it reads); every one is a gauge labelled with the job's name
 METRICS = {
-    "batchscore_rows": ("gauge", "Rows scored by the last run.", "rows"),
-    "batchscore_tokens": ("gauge", "Real (unpadded) tokens of the last run.", "tokens"),
-    "batchscore_filtered_rows": ("gauge", "Input rows [input].where dropped.", "filtered"),
-    "batchscore_bad_rows": ("gauge", "Rows the last run recorded with an error.", "bad_rows"),
-    "batchscore_chunks_committed": ("gauge", "Chunks the last run committed.", "chunks_committed"),
-    "batchscore_run_duration_seconds": ("gauge", "Wall time of the last run.", "wall_s"),
-    "batchscore_padding_efficiency": ("gauge", "Real / padded tokens.", "padding_efficiency"),
+    "batchscore_rows": ("Rows scored by the last run.", "rows"),
+    "batchscore_tokens": ("Real (unpadded) tokens of the last run.", "tokens"),
+    "batchscore_filtered_rows": ("Input rows [input].where dropped.", "filtered"),
+    "batchscore_bad_rows": ("Rows the last run recorded with an error.", "bad_rows"),
+    "batchscore_chunks_committed": ("Chunks the last run committed.", "chunks_committed"),
+    "batchscore_run_duration_seconds": ("Wall time of the last run.", "wall_s"),
+    "batchscore_padding_efficiency": ("Real / padded tokens.", "padding_efficiency"),
+}
+HELP = {
+    **{name: text for name, (text, _) in METRICS.items()},
+    "batchscore_failed_shards": "Shards the last run could not score.",
+    "batchscore_last_run_success": "1 if the last run committed every row.",
+    "batchscore_last_run_timestamp_seconds": "When the last run ended.",
+    "batchscore_last_success_timestamp_seconds": (
+        "When the last successful run ended; 0 if none has."
+    ),
 }
 
 
@@ -40,41 +55,25 @@ def last_success(reports: Iterable[dict[str, Any]]) -> float | None:
     return None
 
 
-def label(value: str) -> str:
-    """A label value escaped as the text format requires."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def render(report: dict[str, Any], success_at: float | None) -> str:
-    """The text format: HELP, TYPE and one sample per metric, labelled with the job."""
-    job = f'{{job="{label(str(report.get("job", "")))}"}}'
-    lines: list[str] = []
+    """The text format, by prometheus_client: HELP, TYPE and one sample per metric, labelled
+    with the job. Every series the README's alerts read is there whatever the outcome: a job
+    that has never succeeded has its last success at 0, so ``time() - ...`` fires for it."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-    def sample(name: str, kind: str, text: str, value: float) -> None:
-        lines.extend(
-            [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{job} {float(value)!r}"]
-        )
-
-    for name, (kind, text, key) in METRICS.items():
-        sample(name, kind, text, float(report.get(key, 0) or 0))
-    failed = len(report.get("failed_shards", []))
-    sample("batchscore_failed_shards", "gauge", "Shards the last run could not score.", failed)
+    job = str(report.get("job", ""))
     ok = report.get("outcome") == "ok"
-    sample("batchscore_last_run_success", "gauge", "1 if the last run committed every row.", ok)
-    sample(
-        "batchscore_last_run_timestamp_seconds",
-        "gauge",
-        "When the last run ended.",
-        finished_at(report),
-    )
-    if success_at is not None:
-        sample(
-            "batchscore_last_success_timestamp_seconds",
-            "gauge",
-            "When the last successful run ended.",
-            success_at,
-        )
-    return "\n".join(lines) + "\n"
+    values = {name: float(report.get(key, 0) or 0) for name, (_, key) in METRICS.items()}
+    values |= {
+        "batchscore_failed_shards": len(report.get("failed_shards", [])),
+        "batchscore_last_run_success": float(ok),
+        "batchscore_last_run_timestamp_seconds": finished_at(report),
+        "batchscore_last_success_timestamp_seconds": success_at or 0.0,
+    }
+    registry = CollectorRegistry()  # this run's own: nothing else in the process is exported
+    for name, value in values.items():
+        Gauge(name, HELP[name], ["job"], registry=registry).labels(job).set(value)
+    return generate_latest(registry).decode("utf-8")
 
 
 def write_metrics(path: Path, report: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> None:

@@ -124,13 +124,67 @@ class RunReport:
         return summary(self.data)
 
 
+# the run report's keys a summary event carries (the whole report is in "run finished")
+KEY_FIGURES = (
+    "job",
+    "run_id",
+    "outcome",
+    "rows",
+    "tokens",
+    "padding_efficiency",
+    "rows_per_s",
+    "tokens_per_s",
+    "wall_s",
+    "precision",
+    "device",
+    "runtime",
+    "chunks_committed",
+    "chunks_already_done",
+    "rows_already_done",
+    "bad_rows",
+    "output",
+)
+
+
+def key_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """The summary as data: its key figures, and whether the run had nothing to do."""
+    figures = {key: report[key] for key in KEY_FIGURES if key in report}
+    return {**figures, "nothing_to_do": nothing_to_do(report)}
+
+
+def nothing_to_do(report: dict[str, Any]) -> bool:
+    """Whether the run found every chunk committed already (and so loaded no model)."""
+    return not report.get("chunks_pending") and report.get("outcome") == "ok"
+
+
+def headline(report: dict[str, Any]) -> str:
+    """The summary's first line: what the run did, in one sentence."""
+    if nothing_to_do(report):
+        rows, chunks = report.get("rows_already_done", 0), report.get("chunks_already_done", 0)
+        return (
+            f"{report['job']}: nothing to do: every row is committed ({rows:,} "
+            f"row{'' if rows == 1 else 's'} in {chunks:,} chunk{'' if chunks == 1 else 's'})"
+        )
+    return (
+        f"{report['job']}: {report['rows']:,} rows scored in {report['wall_s']:.1f} s "
+        f"({report['rows_per_s']:,.1f} rows/s, {report['tokens_per_s']:,.0f} tokens/s)"
+    )
+
+
 def summary(report: dict[str, Any]) -> str:
-    """A few human lines from a run report."""
+    """A few human lines from a run report (one, and the output, when there was nothing to
+    do: no model was loaded, so there is no device, precision or speed to tell)."""
+    if nothing_to_do(report):
+        return "\n".join(
+            [
+                f"batchscore: {headline(report)}",
+                *gone(report),
+                f"  output: {report['output']}",
+            ]
+        )
     return "\n".join(
         [
-            f"batchscore: {report['job']}: {report['rows']:,} rows scored in "
-            f"{report['wall_s']:.1f} s ({report['rows_per_s']:,.1f} rows/s, "
-            f"{report['tokens_per_s']:,.0f} tokens/s)",
+            f"batchscore: {headline(report)}",
             f"  tokens: {report['tokens']:,} real; {report['computed_tokens']:,} run (repeats "
             f"skipped) as {report['padded_tokens']:,} padded (padding efficiency "
             f"{report['padding_efficiency']:.3f}) in {report['batches']:,} "
@@ -143,14 +197,7 @@ def summary(report: dict[str, Any]) -> str:
             f"  chunks: {report['chunks_committed']} committed now, "
             f"{report['chunks_already_done']} already done ({report['rows_already_done']:,} rows)",
             *[f"  scored again: {r['why']}" for r in report.get("redone", [])],
-            *(
-                [
-                    f"  gone: {len(report['gone_shards'])} shard(s) no longer input; their "
-                    "output left the data files, kept under _batchscore/gone/ (status lists them)"
-                ]
-                if report.get("gone_shards")
-                else []
-            ),
+            *gone(report),
             *(
                 [f"  filtered: {report['filtered']:,} input rows dropped by [input].where"]
                 if report.get("filtered")
@@ -175,3 +222,13 @@ def summary(report: dict[str, Any]) -> str:
             f"  output: {report['output']}",
         ]
     )
+
+
+def gone(report: dict[str, Any]) -> list[str]:
+    """The line about shards that left the input, if any did."""
+    if not report.get("gone_shards"):
+        return []
+    return [
+        f"  gone: {len(report['gone_shards'])} shard(s) no longer input; their output left the "
+        "data files, kept under _batchscore/gone/ (status lists them)"
+    ]

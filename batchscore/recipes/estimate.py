@@ -323,8 +323,11 @@ def check_limits(
 def format_plan(p: dict[str, Any]) -> str:
     """The plan for people; ``--json`` gives scripts the same data."""
     tokens, padding, est = p["tokens"], p["padding"], p["estimate"]
+    cut = p["truncated"]
+    after = f"after truncation to the model's window: {cut:,} input(s) cut" if cut else ""
     if tokens["exact"]:
-        token_line = f"{tokens['value']:,} (exact: every row tokenized)"
+        token_line = f"{tokens['value']:,} (exact: every row tokenized{', ' if after else ''}"
+        token_line += f"{after})"
     else:
         token_line = (
             f"~{tokens['value']:,} (95% interval {tokens['low']:,} to {tokens['high']:,}, "
@@ -337,10 +340,19 @@ def format_plan(p: dict[str, Any]) -> str:
         f"committed ({p['chunks_committed']} chunks), {p['chunks_to_score']} chunk(s) to score",
         f"  rows to score: {p['rows_to_score']:,}{where}",
         f"  tokens: {token_line}",
-        f"  batches: {padding['batches']:,} under max_tokens {p['max_tokens']}; padded tokens "
-        f"{padding['padded_tokens']:,}; padding efficiency {padding['efficiency']:.3f} "
-        f"({'the run' if padding['exact'] else 'the sampled lengths'} through the sampler)",
     ]
+    padded = "padded tokens"
+    if tokens.get("repeats"):
+        lines.append(
+            f"  repeats: {tokens['repeats']:,} input(s) repeat an earlier one and are scored "
+            f"once: {tokens['to_run']:,} tokens to run"
+        )
+        padded = f"those {tokens['to_run']:,} padded to"
+    lines.append(
+        f"  batches: {padding['batches']:,} under max_tokens {p['max_tokens']}; {padded} "
+        f"{padding['padded_tokens']:,}; padding efficiency {padding['efficiency']:.3f} "
+        f"({'the run' if padding['exact'] else 'the sampled lengths'} through the sampler)"
+    )
     if est.get("wall_s") is None:
         lines.append(f"  ESTIMATE: none ({est['basis']})")
     else:

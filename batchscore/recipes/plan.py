@@ -49,6 +49,7 @@ class Counts:
     units: int = 0
     tokens: int = 0  # exact: every row; sampled: the sample's
     computed_tokens: int = 0  # tokens of distinct units (repeats are scored once)
+    distinct: int = 0  # units that are no repeat of an earlier one in their window
     padded_tokens: int = 0
     batches: int = 0
     truncated: int = 0
@@ -186,6 +187,7 @@ def add_window(counts: Counts, window: Window) -> None:
     counts.units += len(encoded.lengths)
     counts.tokens += int(encoded.lengths.sum())
     counts.computed_tokens += int(encoded.lengths[window.units].sum())
+    counts.distinct += len(window.units)
     counts.padded_tokens += padded_tokens(encoded.lengths, window.batches)
     counts.batches += len(window.batches)
     counts.truncated += encoded.truncated
@@ -206,9 +208,20 @@ def add_sample(counts: Counts, task_encoding: Encoding, table: Any) -> None:
 
 def tokens(counts: Counts, fraction: float) -> dict[str, Any]:
     """The token total: exact, or N x the sample's mean with a 95% interval (simple random
-    sample without replacement: the standard error shrinks as the sample nears the whole)."""
+    sample without replacement: the standard error shrinks as the sample nears the whole).
+
+    Tokens are counted after truncation to the model's window (``truncated`` inputs were
+    cut). Exact counts also say what the model will run: inputs that repeat an earlier one
+    in their window (``repeats``) are scored once, so ``to_run`` tokens, fewer than
+    ``value``, are what is padded into batches."""
     if fraction >= 1:
-        return {"value": counts.tokens, "exact": True}
+        return {
+            "value": counts.tokens,
+            "exact": True,
+            "to_run": counts.computed_tokens,
+            "repeats": counts.units - counts.distinct,
+            "truncated": counts.truncated,
+        }
     n, total = len(counts.row_tokens), counts.rows
     if not n:
         return {"value": 0, "exact": False, "low": 0, "high": 0, "sampled_rows": 0}

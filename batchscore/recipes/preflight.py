@@ -1,10 +1,23 @@
 """Preflight: everything about a job that can be checked without loading weights or scoring
-(what `batchscore validate` prints)."""
+(what `batchscore validate` prints).
+
+Every problem is found and reported at once, and the error that carries them has the exit
+status `run` would meet them with, so a scheduler can gate on `validate` as on `run`: the job
+file's (2) before the model's (4) before the machine's (6) before a transient read's (7)
+before the data's (3: a shard that cannot be read, or lacks a column the task reads).
+"""
 
 from __future__ import annotations
 
 from batchscore.engines.ray import import_ray
-from batchscore.errors import BatchscoreError, JobError, ModelError, WriteError
+from batchscore.errors import (
+    BatchscoreError,
+    InputDataError,
+    JobError,
+    ModelError,
+    TransientIOError,
+    WriteError,
+)
 from batchscore.job.runtimes import check_runtime_device
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
@@ -16,12 +29,22 @@ from batchscore.runtime.device import resolve_device
 from batchscore.storage import open_store
 from batchscore.work.shards import check_columns, find_shards, open_shard
 
+# the order `run` meets problems in: the first kind found decides the exit status
+KINDS: tuple[type[BatchscoreError], ...] = (
+    JobError,
+    ModelError,
+    WriteError,
+    TransientIOError,
+    InputDataError,
+)
+
 
 def preflight(job: Job) -> list[str]:
-    """Check inputs, model and device; return findings, or raise an error naming every problem:
-    `ModelError` (exit 4) when only the model is at fault, else `JobError` (exit 2)."""
+    """Check inputs, model and device; return findings, or raise an error naming every problem,
+    of the first kind in `KINDS` among them (`JobError` for a problem of no kind there)."""
     problems: list[str] = []
     model_problems: list[str] = []
+    data_problems: list[BatchscoreError] = []
     facts: list[str] = []
     try:
         open_store(job.output.path).check()
@@ -47,6 +70,8 @@ def preflight(job: Job) -> list[str]:
             check_columns(shard, pf.schema_arrow, job.input.carried, kinds)
             check_where(rows_filter, shard, pf.schema_arrow)
             rows += pf.metadata.num_rows
+        except (InputDataError, TransientIOError) as exc:  # the data's, as `run` reads it
+            data_problems.append(exc)
         except BatchscoreError as exc:
             problems.append(str(exc))
     if shards:
@@ -75,8 +100,20 @@ def preflight(job: Job) -> list[str]:
             facts.append(f"engine: ray {import_ray().__version__}")
         except BatchscoreError as exc:
             problems.append(str(exc))
-    if problems:
-        raise JobError([f"{job.source}: {p}" for p in problems + model_problems])
-    if model_problems:
-        raise ModelError("\n".join(f"{job.source}: {p}" for p in model_problems))
+    found = [
+        *(JobError(p) for p in problems),
+        *(ModelError(p) for p in model_problems),
+        *data_problems,
+    ]
+    if found:
+        raise worst(job, found)
     return facts
+
+
+def worst(job: Job, found: list[BatchscoreError]) -> BatchscoreError:
+    """One error listing every problem, of the kind `run` would stop at first."""
+    messages = [f"{job.source}: {exc}" for exc in found]
+    kind = next((k for k in KINDS if any(isinstance(e, k) for e in found)), JobError)
+    if kind is JobError:
+        return JobError(messages)
+    return kind("\n".join(messages))

@@ -28,6 +28,13 @@ from batchscore.work.units import chunks_of
 IN_PLACE = f"is still in the data files: the next run moves it to {GONE}/"
 
 
+class IncompleteError(BatchscoreError):
+    """`batchscore status --check`: the output is not complete for the job as given (exit 13,
+    for a scheduler to gate the next step on without parsing the status)."""
+
+    exit_code = 13
+
+
 @dataclass
 class ShardStatus:
     shard: str
@@ -168,6 +175,32 @@ def shard_status(
 def last_report(ckpt: Checkpoint) -> dict[str, Any] | None:
     """The newest run report, or None before the first run."""
     return next(ckpt.reports(), None)
+
+
+def headline(status: dict[str, Any]) -> str:
+    """One line: rows committed of rows, and whether the output is complete."""
+    return f"{status['rows_done']:,} of {status['rows']:,} rows committed" + (
+        " - complete" if status["complete"] else ""
+    )
+
+
+def check_complete(status: dict[str, Any], job: str) -> None:
+    """Raise `IncompleteError` naming what keeps the output from being complete, if anything."""
+    if status["complete"]:
+        return
+    states: dict[str, int] = {}
+    for shard in status["shards"]:
+        if shard["state"] != "done" and not (shard["state"] == "gone" and shard["kept"]):
+            states[shard["state"]] = states.get(shard["state"], 0) + 1
+    why = [f"{count} shard(s) {state}" for state, count in sorted(states.items())]
+    if status["refused"]:
+        why.append(f"a run would refuse the folder: {status['refused']}")
+    if status["restarting"]:
+        why.append("a --restart was cut off")
+    why += status["damaged_bookkeeping"]
+    raise IncompleteError(
+        f"{job}: not complete ({headline(status)}): {'; '.join(why) or 'see status'}"
+    )
 
 
 def format_status(status: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.observe.metrics import last_success, render
+from tests.conftest import ROOT
 from tests.reliability import make_job
 
 SAMPLE = re.compile(r'^(batchscore_[a-z_]+)\{job="([^"\\]|\\.)*"\} (\S+)$')
@@ -38,7 +39,9 @@ def test_text_format_and_label_escaping():
     values = parse(text)
     assert values["batchscore_rows"] == 5 and values["batchscore_last_run_success"] == 1
     assert values["batchscore_last_success_timestamp_seconds"] == 102.5
-    assert "batchscore_last_success_timestamp_seconds" not in render(report, None)
+    never = parse(render({**report, "outcome": "failed"}, None))
+    assert never["batchscore_last_success_timestamp_seconds"] == 0  # so the alert fires
+    assert set(never) == set(values)  # every series, whatever the outcome
 
 
 def test_last_success_is_the_newest_ok_report():
@@ -75,3 +78,37 @@ def test_metrics_written_each_run_and_last_success_kept(tmp_path: Path, small_co
     assert (second["batchscore_last_success_timestamp_seconds"]
             == first["batchscore_last_success_timestamp_seconds"])  # fmt: skip
     assert [p.name for p in metrics.parent.iterdir()] == ["batchscore.prom"]  # no temp left
+
+
+ALERT = "time() - batchscore_last_success_timestamp_seconds > 3 * 3600"  # the README's
+
+
+def alert_fires(values: dict[str, float]) -> bool:
+    """The README's alert, evaluated as Prometheus would on the file's samples."""
+    return time.time() - values["batchscore_last_success_timestamp_seconds"] > 3 * 3600
+
+
+def test_a_job_that_never_succeeded_fires_the_alert(tmp_path: Path, small_corpus):
+    """A first run that fails (a corrupt shard; then a column clash, which stops it before it
+    has a record) still writes every series the alert reads."""
+    assert ALERT in (ROOT / "README.md").read_text()
+    job = make_job(tmp_path, small_corpus.slice(0, 45))
+    sorted((tmp_path / "in").glob("*.parquet"))[0].write_bytes(b"PAR1 not parquet at all")
+    metrics = tmp_path / "embed.prom"
+    args = ["run", str(job), "--progress", "off", "--metrics-file", str(metrics)]
+    failed = CliRunner().invoke(main, args)
+    assert failed.exit_code == 3
+    values = parse(metrics.read_text())
+    assert values["batchscore_last_run_success"] == 0 and values["batchscore_rows"] == 30
+    assert values["batchscore_last_success_timestamp_seconds"] == 0 and alert_fires(values)
+
+    metrics.unlink()
+    clash = CliRunner().invoke(main, [*args, "--set", "input.keep=['embedding']"])
+    assert clash.exit_code == 2 and "embedding" in clash.stderr
+    values = parse(metrics.read_text())
+    assert values["batchscore_last_run_success"] == 0 and alert_fires(values)
+    assert before_now(values["batchscore_last_run_timestamp_seconds"])
+
+
+def before_now(stamp: float) -> bool:
+    return time.time() - 60 <= stamp <= time.time()

@@ -49,7 +49,13 @@ def test_an_exact_plan_counts_what_the_run_then_does(embed_job: Path, monkeypatc
     }
     report = run_job(load_job(embed_job, sets))
     assert planned["rows_to_score"] == report["rows"] and planned["filtered"] == report["filtered"]
-    assert planned["tokens"] == {"value": report["tokens"], "exact": True}
+    assert planned["tokens"] == {
+        "value": report["tokens"],
+        "exact": True,
+        "to_run": report["computed_tokens"],  # repeats are scored once
+        "repeats": report["duplicates"],
+        "truncated": report["truncated"],
+    }
     assert planned["padding"]["padded_tokens"] == report["padded_tokens"]
     assert planned["padding"]["batches"] == report["batches"]
     assert planned["padding"]["efficiency"] == pytest.approx(report["padding_efficiency"], abs=1e-4)
@@ -77,7 +83,13 @@ def test_a_pair_job_in_windows_plans_what_its_run_then_does(tmp_path, shards, mi
         planned = plan(load_job(job), timing=False)
     report = run_job(load_job(job))
     assert planned["rows_to_score"] == report["rows"] == 360 and report["chunked"] > 0
-    assert planned["tokens"] == {"value": report["tokens"], "exact": True}
+    assert planned["tokens"] == {
+        "value": report["tokens"],
+        "exact": True,
+        "to_run": report["computed_tokens"],  # repeats are scored once
+        "repeats": report["duplicates"],
+        "truncated": report["truncated"],
+    }
     assert planned["padding"]["padded_tokens"] == report["padded_tokens"]
     assert planned["padding"]["batches"] == report["batches"] > 0
 
