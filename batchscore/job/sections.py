@@ -36,6 +36,11 @@ MAX_ACTORS = 1024
 MAX_ACTOR_CPUS = 1024.0
 MAX_ACTOR_GPUS = 64.0
 
+# A task key added after output folders were first written marks itself with this: the
+# fingerprint records it only when it is set away from its default, so a folder written before
+# the key existed still resumes (`batchscore.models.tasks.task_options`).
+WHEN_SET = {"fingerprint": "when set"}
+
 
 @dataclass(frozen=True)
 class InputConfig:
@@ -147,10 +152,15 @@ class EmbedConfig:
 
     normalize: bool = True
     prompt_name: str | None = None
-    truncate_dim: int | None = field(default=None, metadata={"min": 1, "max": MAX_FEATURES})
-    quantize: Literal["int8", "uint8", "binary", "ubinary"] | None = None
-    ranges: tuple[tuple[float, ...], ...] | None = None  # [[min per dimension], [max ...]]
-    top_k: int | None = field(default=None, metadata={"min": 1, "max": MAX_TOP_K})
+    truncate_dim: int | None = field(
+        default=None, metadata={"min": 1, "max": MAX_FEATURES, **WHEN_SET}
+    )
+    quantize: Literal["int8", "uint8", "binary", "ubinary"] | None = field(
+        default=None, metadata=WHEN_SET
+    )
+    # [[min per dimension], [max ...]]
+    ranges: tuple[tuple[float, ...], ...] | None = field(default=None, metadata=WHEN_SET)
+    top_k: int | None = field(default=None, metadata={"min": 1, "max": MAX_TOP_K, **WHEN_SET})
 
     def problems(self) -> list[str]:
         """What is wrong with these keys together (each message starts with its key); what
@@ -178,7 +188,9 @@ class ClassifyConfig:
     """
 
     all_scores: bool = False
-    activation: Literal["auto", "sigmoid", "tanh", "none"] = "auto"
+    activation: Literal["auto", "sigmoid", "tanh", "none"] = field(
+        default="auto", metadata=WHEN_SET
+    )
 
 
 @dataclass(frozen=True)
@@ -200,14 +212,14 @@ class GenerateConfig:
     top_k: int = field(default=0, metadata={"min": 0, "max": MAX_TOP_K})
     top_p: float = field(default=1.0, metadata={"min": 0.01, "max": 1.0})
     seed: int = field(default=0, metadata={"min": 0})
-    chat: bool = False
-    system: str | None = None
-    stop: tuple[str, ...] = ()
+    chat: bool = field(default=False, metadata=WHEN_SET)
+    system: str | None = field(default=None, metadata=WHEN_SET)
+    stop: tuple[str, ...] = field(default=(), metadata=WHEN_SET)
     # Above 1 penalizes tokens already in the row (prompt included), below 1 favours them; past
     # MAX_REPETITION_PENALTY either way a logit is scaled into noise, which only a typo asks for.
     repetition_penalty: float | None = field(
         default=None,
-        metadata={"min": 1 / MAX_REPETITION_PENALTY, "max": MAX_REPETITION_PENALTY},
+        metadata={"min": 1 / MAX_REPETITION_PENALTY, "max": MAX_REPETITION_PENALTY, **WHEN_SET},
     )
 
     def problems(self) -> list[str]:

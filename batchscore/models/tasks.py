@@ -71,8 +71,17 @@ def check_model(task: str, path: Path, *, options: Any, allow_pickle: bool = Fal
 
 def task_options(options: Any) -> dict[str, Any]:
     """The task section as the fingerprint records it: a prompt by its text (`model_parts`),
-    not its name."""
-    return {k: v for k, v in dataclasses.asdict(options).items() if k != "prompt_name"}
+    not its name; a key added after folders were first written (`WHEN_SET`) only when it is
+    set away from its default, so those folders still resume under a newer batchscore."""
+    values = dataclasses.asdict(options)
+    return {
+        f.name: values[f.name]
+        for f in dataclasses.fields(options)
+        if f.name != "prompt_name"
+        and not (
+            f.metadata.get("fingerprint") == "when set" and getattr(options, f.name) == f.default
+        )
+    }
 
 
 def model_parts(model: ModelConfig, path: Path, options: Any) -> dict[str, Any]:

@@ -99,14 +99,28 @@ def conflict(
             "with --restart to replace that job's files there (other files are kept)"
         )
     if recorded["fingerprint"] != identity.fingerprint:
-        keys = set(identity.parts) | set(recorded["parts"])
-        changed = sorted(k for k in keys if identity.parts.get(k) != recorded["parts"].get(k))
+        changed = differences(recorded["parts"], identity.parts)
         return OutputConflictError(
             f"{where}: committed output was made with other settings "
             f"(changed: {', '.join(changed)}); run with --restart to discard it and start "
             "over, or point [output].path at a new folder"
         )
     return None
+
+
+def differences(before: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+    """The parts that differ, named down to the key inside a section (``task_options.stop``),
+    so the message points at the job key that changed."""
+    found = []
+    for key in sorted(set(before) | set(now)):
+        old, new = before.get(key), now.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            found += differences(old, new, f"{prefix}{key}.")
+        else:
+            found.append(prefix + key)
+    return found
 
 
 def repair_claim(ckpt: Checkpoint, identity: Identity, damage: Damaged) -> dict[str, Any]:
