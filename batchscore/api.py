@@ -16,20 +16,21 @@ where one can meet the other's half-initialised modules ("cannot import name 'Au
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import pyarrow as pa
 
-from batchscore.errors import InputDataError, JobError, ShardsFailedError
+from batchscore.errors import BatchscoreError, InputDataError, JobError, ShardsFailedError
 from batchscore.frames import Frame
 from batchscore.job.columns import clashes
 from batchscore.job.load import apply_overrides, apply_values, job_from_dict, read_job_file
@@ -53,7 +54,6 @@ from batchscore.work.shards import check_columns
 
 __all__ = ["RunReport", "run", "score"]
 SAY_AFTER_S = 1.0  # a step (or scoring) that runs longer is said, on stderr
-D = TypeVar("D")
 Overrides = Mapping[str, Any] | Sequence[str]
 # Job keys `score` takes as options, by section; the others make no sense without files.
 OPTION_SECTIONS = ("model", "batching", "quality", "output", "input")
@@ -63,6 +63,15 @@ NOT_OPTIONS = {
     "output": {"path", "chunk_rows"},
 }
 KEEP_LOADED = 2  # models `score` keeps loaded (each can be hundreds of MB)
+# The names sentence-transformers and `run`'s own arguments give what a job key does
+ALIASES = {"batch_size": "max_rows", "accept_quality": "accept"}
+GENERATING = ("generate", "summarize")  # tasks with max_new_tokens, where max_tokens misleads
+# The command line's words in library messages, and what a Python caller writes instead
+PYTHON_WORDS = (
+    ("with --restart", "with restart=True"),
+    ("--restart", "restart"),  # "an interrupted --restart"
+    ("--accept-quality", "accept_quality=True"),
+)
 
 
 def run(
@@ -70,6 +79,7 @@ def run(
     *,
     overrides: Overrides | None = None,
     restart: bool = False,
+    accept_quality: bool = False,
     progress: Literal["bar", "log", "off"] | None = None,
 ) -> RunReport:
     """Score every row of ``job`` not yet committed, as ``batchscore run`` does.
@@ -79,24 +89,51 @@ def run(
             relative to the working directory).
         overrides: ``{"model.max_length": 128}`` (values as they are), or ``--set`` strings.
         restart: discard committed output and start over.
+        accept_quality: score even if the precision fails its [quality] gate.
         progress: "bar", "log" (a log line every 10 s) or "off" (the default).
 
     Raises:
         JobError: a bad job (naming the file and key); every other `BatchscoreError` as the CLI
             would exit with it. `ShardsFailedError` when shards failed: the others were
-            committed, and its ``report`` (a `RunReport`) names the failures.
+            committed, and its ``report`` (a `RunReport`) names the failures. Messages name
+            this function's arguments (``restart=True``), not the command line's flags.
     """
-    with TURN:
+    with TURN, in_python_words():
         loaded = job_of(job, overrides)
         if progress not in (None, "bar", "log", "off"):
             raise JobError(f'run(): progress: expected "bar", "log" or "off", got {progress!r}')
         cache = DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir))
         try:
-            report = run_job(loaded, restart=restart, progress=progress or "off", cache=cache)
+            report = run_job(
+                loaded,
+                restart=restart,
+                accept_quality=accept_quality,
+                progress=progress or "off",
+                cache=cache,
+            )
         except ShardsFailedError as exc:
             exc.report = RunReport.of(exc.report)
             raise
     return RunReport.of(report)
+
+
+@contextlib.contextmanager
+def in_python_words() -> Iterator[None]:
+    """Errors raised within name what a Python caller passes (``restart=True``), not the
+    command line's flags that library messages name (``--restart``)."""
+    try:
+        yield
+    except BatchscoreError as exc:
+        exc.args = tuple(python_words(a) if isinstance(a, str) else a for a in exc.args)
+        if isinstance(exc, JobError):
+            exc.problems = [python_words(p) for p in exc.problems]
+        raise
+
+
+def python_words(message: str) -> str:
+    for flag, argument in PYTHON_WORDS:
+        message = message.replace(flag, argument)
+    return message
 
 
 def job_of(job: str | PathLike[str] | Mapping[str, Any], overrides: Overrides | None) -> Job:
@@ -117,32 +154,38 @@ def job_of(job: str | PathLike[str] | Mapping[str, Any], overrides: Overrides | 
     elif overrides is not None:
         if isinstance(overrides, str):
             raise JobError("run(): overrides: give a dict, or a list of 'section.key=value'")
-        apply_overrides(raw, list(overrides))
+        apply_overrides(raw, list(overrides), origin="overrides:")
     return job_from_dict(raw, source)
 
 
 def score(
-    data: D,
+    data: Any,
     *,
     task: str,
     model: str | PathLike[str] | None = None,
     text: str | None = None,
     **options: Any,
-) -> D:
-    """Score an in-memory table; return the same type with the task's columns added.
+) -> Any:
+    """Score texts or an in-memory table, in input order, writing nothing.
 
     Args:
-        data: a pyarrow Table, a polars DataFrame or a pandas DataFrame.
+        data: texts (a list of strings, a pandas or polars Series, a 1-D numpy array, or one
+            string), as sentence-transformers' ``encode`` takes them; or a pyarrow Table, a
+            polars DataFrame or a pandas DataFrame.
         task: embed, classify, generate, summarize or tensor.
         model: a built-in model's name or a local model's path; the built-in default if None.
-        text: the column a text task reads (default "text").
+        text: the column a text task reads in a frame (default "text").
         **options: any job key a frame can use, by its name (``precision="int8"``,
-            ``max_tokens=4096``, ``normalize=False``, ``features=["x0", "x1"]``,
-            ``on_error="skip"``), or a whole section as a dict (``batching={...}``).
+            ``max_rows=32`` or ``batch_size=32``, ``max_tokens=4096`` (the batch token
+            budget: rows x padded length), ``max_new_tokens=64``, ``normalize=False``,
+            ``features=["x0", "x1"]``, ``on_error="skip"``), or a whole section as a dict
+            (``batching={...}``).
 
     Returns:
-        ``data``'s columns unchanged (pandas keeps its index), then the task's columns, one
-        row per input row in input order. Nothing is written to disk.
+        For texts, as ``encode`` returns them: embed's vectors as a float32 numpy array of
+        one row per text (one vector for one string); another task's outputs as a list (of
+        strings, or of dicts such as ``{"label": ..., "score": ...}``). For a frame, the
+        same type: its columns unchanged (pandas keeps its index), then the task's columns.
 
     Raises:
         JobError: an unknown option or a bad value (named); a column clash.
@@ -151,8 +194,17 @@ def score(
         ModelError, QualityGateError: as for a job.
     """
     frame = Frame.of(data)
-    with TURN, slow_steps(SAY_AFTER_S) as saying:
+    with TURN, in_python_words(), slow_steps(SAY_AFTER_S) as saying:
+        if frame.texts and text is not None:
+            raise JobError(
+                f"score(): text={text!r} names a frame's column; texts alone are read as they are"
+            )
         job = data_job(task=task, model=model, text=text, options=options)
+        if frame.texts and job.output.on_error == "skip":
+            raise JobError(
+                'score(): on_error="skip" writes each bad row\'s error in a column of its own; '
+                "pass a DataFrame (or a pyarrow Table) to keep them, or leave it out for texts"
+            )
         return score_frame(frame, job, progress="bar" if saying else "off")
 
 
@@ -212,13 +264,35 @@ def data_job(
     if model is not None:
         local = isinstance(model, PathLike) or Path(model).exists()
         raw["model"]["path" if local else "name"] = str(model)
-    for key, value in options.items():
+    for key, value in named(task, options).items():
         section = option_section(task, key, value)
         if section == key:
             raw.setdefault(section, {}).update(value)
         else:
             raw.setdefault(section, {})[key] = value
     return job_from_dict(raw, Path("score()"))
+
+
+def named(task: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` by their job keys: the familiar names (``batch_size``, the rows per batch
+    that sentence-transformers' ``encode`` takes) become the keys that do the same; a
+    generating task's ``max_tokens`` is refused, as it means the tokens to generate in
+    vLLM and transformers, and the batch token budget here."""
+    keys: dict[str, Any] = {}
+    given: dict[str, str] = {}  # job key -> the name the caller gave it
+    for key, value in options.items():
+        job_key = ALIASES.get(key, key)
+        if job_key in given:
+            raise JobError(f"score(): {given[job_key]} and {key} are the same option; give one")
+        given[job_key] = key
+        if key == "max_tokens" and task in GENERATING:
+            raise JobError(
+                f"score(): max_tokens is the batch token budget ([batching].max_tokens: rows "
+                f"x padded length of one batch), not the tokens to generate per row: for those "
+                f"pass max_new_tokens={value!r}; for the budget, batching={{'max_tokens': ...}}"
+            )
+        keys[job_key] = value
+    return keys
 
 
 def option_section(task: str, key: str, value: Any) -> str:

@@ -9,6 +9,12 @@ with no value has no type to read (pandas makes an empty or all-NaN column float
 categorical one of floats): a text column is then read as text, all null. Nothing here raises
 anything but the package's own errors.
 
+Texts alone are read too, as sentence-transformers' ``encode`` takes them: a list (or tuple)
+of strings, a pandas or polars Series, a 1-D numpy array, or one string. They come back as
+``encode`` gives them, in input order: one vector output as a 2-D numpy array (one row per
+text; one vector for one string), another single output as a list of its values, several
+outputs (classify's label and score) as a list of dicts.
+
 pandas is optional: it is recognised by its module and never imported here.
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -24,17 +31,40 @@ from batchscore.errors import InputDataError, JobError
 from batchscore.pipeline.memory import MEMORY
 from batchscore.work.shards import is_text
 
+TEXT = "text"  # the column texts are read into
+
 
 def library(data: Any) -> str | None:
-    """ "arrow", "polars" or "pandas" for a frame batchscore can score; None for anything else."""
+    """ "arrow", "polars" or "pandas" for a frame batchscore can score; "texts" for texts
+    alone, "text" for one string; None for anything else."""
     if isinstance(data, pa.Table):
         return "arrow"
     if isinstance(data, pl.DataFrame):
         return "polars"
+    if isinstance(data, str):
+        return "text"
     pandas = type(data).__module__.split(".", 1)[0] == "pandas"
     if pandas and hasattr(data, "columns") and hasattr(data, "index"):
         return "pandas"
+    series = pandas and type(data).__name__ == "Series"
+    if isinstance(data, list | tuple | pl.Series) or series:
+        return "texts"
+    if isinstance(data, np.ndarray) and data.ndim == 1:
+        return "texts"
     return None
+
+
+def texts_of(data: Any) -> list[Any]:
+    """Texts alone as a list; an item that is neither a string nor missing (a dict, a number)
+    is refused, naming it: it is no text, and there is no column to report it in."""
+    values = [data] if isinstance(data, str) else list(data)
+    for item, value in enumerate(values):
+        if not isinstance(value, str) and not is_null(value):
+            raise JobError(
+                f"score(): item {item} of the texts is a {type(value).__name__}, not a string; "
+                "pass texts, or a pyarrow Table, polars DataFrame or pandas DataFrame"
+            )
+    return values
 
 
 @dataclass
@@ -58,13 +88,21 @@ class Frame:
         kind = library(data)
         if kind is None:
             raise JobError(
-                f"score(): data must be a pyarrow Table, a polars DataFrame or a pandas "
-                f"DataFrame, got {type(data).__module__}.{type(data).__qualname__}"
+                f"score(): data must be texts (a list of strings, a Series), a pyarrow Table, "
+                f"a polars DataFrame or a pandas DataFrame, got "
+                f"{type(data).__module__}.{type(data).__qualname__}"
             )
-        return cls(data, kind)
+        return cls(texts_of(data), kind) if kind in ("texts", "text") else cls(data, kind)
+
+    @property
+    def texts(self) -> bool:
+        """Whether the caller passed texts alone (a list, a Series, a string), not a frame."""
+        return self.kind in ("texts", "text")
 
     @property
     def names(self) -> list[str]:
+        if self.texts:
+            return [TEXT]
         if self.kind == "arrow":
             return list(self.data.column_names)
         return [str(c) for c in self.data.columns]
@@ -90,13 +128,17 @@ class Frame:
     def column(self, name: str, kind: str, bad: dict[int, str]) -> pa.Array | pa.ChunkedArray:
         """One column as Arrow; the rows of cells that are not text go into ``bad``."""
         found: Any
+        if self.texts:  # a list of strings and missing values (`texts_of`)
+            array, cells = text_cells(name, self.data)
+            bad.update(cells)
+            return array
         if self.kind == "arrow":
             found = self.data.column(name)
         elif self.kind == "polars":
             found = self.data.get_column(name)
         else:  # by position: a pandas label may be a number, its name its text
             found = self.data.iloc[:, self.names.index(name)]
-        if self.kind != "arrow" and is_objects(found, self.kind):
+        if self.kind in ("polars", "pandas") and is_objects(found, self.kind):
             values = found.to_list()
             if kind != "text":
                 return numbers(name, values)
@@ -104,14 +146,18 @@ class Frame:
             for row, message in cells.items():
                 bad.setdefault(row, message)
             return array
-        if self.kind != "arrow":
+        if self.kind in ("polars", "pandas"):
             found = to_arrow(name, found, self.kind)
         if kind == "text" and found.null_count == len(found) and not is_text(found.type):
             return pa.nulls(len(found), pa.string())  # no value: no type to tell, none refused
         return found
 
     def with_columns(self, scored: pa.Table) -> Any:
-        """The caller's frame, every column as it was, with ``scored``'s columns after them."""
+        """The caller's frame, every column as it was, with ``scored``'s columns after them;
+        for texts alone, the outputs as `encode` returns them (see `outputs`)."""
+        if self.texts:
+            result = outputs(scored)
+            return result[0] if self.kind == "text" else result
         if self.kind == "arrow":
             table = self.data
             for field_, column in zip(scored.schema, scored.columns, strict=True):
@@ -125,6 +171,20 @@ class Frame:
             series.index = self.data.index  # the caller's index, whatever it is
             added[name] = series
         return self.data.assign(**added)
+
+
+def outputs(scored: pa.Table) -> np.ndarray | list[Any]:
+    """A task's outputs for texts: one fixed-width vector column as a float array of one row
+    per text (as `encode` returns it); one other column as a list of its values; several as
+    a list of dicts, one per text."""
+    if scored.num_columns == 1:
+        column = scored.column(0)
+        if pa.types.is_fixed_size_list(column.type) and not column.null_count:
+            width = column.type.list_size
+            values = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            return values.reshape(len(column), width)
+        return column.to_pylist()
+    return scored.to_pylist()
 
 
 def is_objects(column: Any, kind: str) -> bool:

@@ -17,7 +17,7 @@ import pytest
 
 import batchscore
 from batchscore import api
-from batchscore.errors import InputDataError, JobError, ShardsFailedError
+from batchscore.errors import InputDataError, JobError, OutputConflictError, ShardsFailedError
 from batchscore.precision.int8_linear import int8_available
 from tests.conftest import ROOT, read_output
 
@@ -50,7 +50,7 @@ def test_run_a_job_file_returns_its_report(embed_job: Path):
     assert written[0]["rows"] == report.rows and written[0]["tokens"] == report.tokens
     again = batchscore.run(str(embed_job), overrides=["model.max_length=64"])
     assert again.rows == 0 and again.data["rows_already_done"] == 360  # resumed: nothing to do
-    assert "0 rows scored" in str(again)
+    assert "nothing to do: every row is committed (360 rows in 9 chunks)" in str(again)
     assert batchscore.run(embed_job, overrides={"model.max_length": 64}, restart=True).rows == 360
 
 
@@ -196,8 +196,10 @@ def test_bad_options_are_named(texts: pa.Table, options, message):
 def test_bad_data_is_named(texts: pa.Table):
     with pytest.raises(JobError, match=r"task: expected one of embed.*did you mean \"embed\""):
         batchscore.score(texts, task="embedd")
-    with pytest.raises(JobError, match="must be a pyarrow Table, a polars DataFrame or a pandas"):
+    with pytest.raises(JobError, match="item 0 of the texts is a dict, not a string"):
         batchscore.score([{"text": "a"}], task="embed")
+    with pytest.raises(JobError, match=r"must be texts .*, a pyarrow Table, a polars DataFrame"):
+        batchscore.score({"text": ["a"]}, task="embed")
     with pytest.raises(InputDataError, match=r"missing column.*body; it has doc_id, text, kind"):
         batchscore.score(texts, task="embed", text="body")
     clash = texts.append_column("embedding", pa.array([1] * 48))
@@ -215,3 +217,80 @@ def test_score_gates_and_calibrates_like_a_job(texts: pa.Table):
         axis=1,
     )
     assert cosines.min() >= 0.98
+
+
+# -- texts alone, as sentence-transformers' encode takes them -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def st_model(minilm_path: Path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_path), device="cpu")
+
+
+def test_score_takes_texts_as_encode_does(texts: pa.Table, st_model):
+    """A list of strings in, a numpy array out, in order: encode's call, encode's vectors."""
+    sentences = texts.column("text").to_pylist()
+    vectors = batchscore.score(sentences, task="embed", precision="fp32")
+    expected = st_model.encode(sentences)
+    assert isinstance(vectors, np.ndarray) and vectors.dtype == np.float32
+    assert vectors.shape == expected.shape == (48, 384)
+    cosines = np.sum(vectors * expected, axis=1) / (
+        np.linalg.norm(vectors, axis=1) * np.linalg.norm(expected, axis=1)
+    )
+    print(f"\nscore vs encode on {len(sentences)} texts: min cosine {cosines.min():.6f}")
+    assert cosines.min() >= 0.9999
+    first = batchscore.score(["hello", "world"], task="embed")  # the first call people type
+    assert first.shape == (2, 384)
+    assert np.allclose(first, st_model.encode(["hello", "world"]), atol=1e-4)
+    one = batchscore.score("hello", task="embed")
+    assert one.shape == (384,) and np.allclose(one, first[0], atol=1e-5)
+    for series in (pd.Series(sentences, index=range(100, 148)), pl.Series("s", sentences)):
+        again = batchscore.score(series, task="embed", precision="fp32", batch_size=16)
+        assert np.allclose(again, vectors, atol=1e-5)
+
+
+def test_texts_of_other_tasks_come_back_as_lists(texts: pa.Table):
+    sentences = texts.column("text").to_pylist()[:6]
+    summaries = batchscore.score(sentences, task="summarize", precision="fp32", sentences=1)
+    assert isinstance(summaries, list) and len(summaries) == 6
+    assert all(isinstance(s, str) and s for s in summaries)
+    framed = batchscore.score(texts.slice(0, 6), task="summarize", precision="fp32", sentences=1)
+    assert summaries == framed.column("summary").to_pylist()  # in order, as a frame scores
+
+
+def test_texts_name_what_cannot_be_done_with_them(texts: pa.Table):
+    with pytest.raises(JobError, match=r"text=\'body\' names a frame\'s column"):
+        batchscore.score(["a"], task="embed", text="body")
+    with pytest.raises(JobError, match='on_error="skip" writes each bad row'):
+        batchscore.score(["a"], task="embed", on_error="skip")
+    with pytest.raises(InputDataError, match=r"row 1, column 'text': text is null"):
+        batchscore.score(["a", None], task="embed", **FAST)
+
+
+def test_familiar_names_do_what_they_do_elsewhere(texts: pa.Table, monkeypatch):
+    jobs = []
+    real = api.score_frame
+    spy = lambda frame, job, **k: jobs.append(job) or real(frame, job, **k)  # noqa: E731
+    monkeypatch.setattr(api, "score_frame", spy)
+    batchscore.score(texts.slice(0, 4), task="embed", **FAST, batch_size=2)
+    assert jobs[-1].batching.max_rows == 2  # encode's batch_size: rows per batch
+    batchscore.score(texts.slice(0, 4), task="embed", **FAST, accept_quality=True)
+    assert jobs[-1].quality.accept
+    with pytest.raises(JobError, match="batch_size and max_rows are the same option"):
+        batchscore.score(texts, task="embed", batch_size=2, max_rows=4)
+    budget = r"max_tokens is the batch token budget .* max_new_tokens=64"
+    with pytest.raises(JobError, match=budget):
+        batchscore.score(texts, task="generate", max_tokens=64)
+
+
+def test_messages_name_python_arguments(embed_job: Path):
+    batchscore.run(embed_job, overrides={"model.max_length": 64})
+    with pytest.raises(OutputConflictError) as caught:
+        batchscore.run(embed_job, overrides={"model.max_length": 32})
+    assert "run with restart=True" in str(caught.value) and "--restart" not in str(caught.value)
+    bare = r"overrides: model\.max_length: expected section\.key=value"
+    with pytest.raises(JobError, match=bare):
+        batchscore.run(embed_job, overrides=["model.max_length"])
+    assert batchscore.run(embed_job, overrides={"model.max_length": 32}, restart=True).rows == 360
