@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -169,6 +170,46 @@ def test_verbose_and_quiet_together_is_a_usage_error(embed_job: Path):
     entry = json.loads(result.stderr)
     assert entry["level"] == "error" and entry["exit_code"] == 2
     assert "-v and -q" in entry["message"]
+
+
+def test_what_other_libraries_write_is_json_too(embed_job: Path, monkeypatch):
+    """A library that logs through a handler of its own (transformers stops its records
+    reaching the root logger) or prints: under --log-format json each line is a JSON object
+    carrying it; without, it passes as it was written."""
+    import sys
+
+    from batchscore.recipes import preflight
+
+    real = preflight.preflight
+
+    def chatty(job):
+        library = logging.getLogger("chatty-library")
+        library.propagate = False
+        library.handlers[:] = [logging.StreamHandler()]  # sys.stderr as it is now, as theirs
+        library.warning("Some weights were not initialized")
+        print("a stray print", file=sys.stderr, end="")
+        print(" ends here\r 10%|#   |\r100%|####|", file=sys.stderr)
+        print("to stdout")
+        return real(job)
+
+    monkeypatch.setattr(preflight, "preflight", chatty)
+    result = invoke("validate", str(embed_job), "--log-format", "json")
+    assert result.exit_code == 0, result.output
+    err = [json.loads(line) for line in result.stderr.splitlines()]
+    assert [(e["logger"], e["level"], e["message"]) for e in err] == [
+        ("stderr", "warning", "Some weights were not initialized"),
+        ("stderr", "warning", "a stray print ends here"),
+        ("stderr", "warning", " 10%|#   |"),
+        ("stderr", "warning", "100%|####|"),
+    ]
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(e["logger"], e["message"]) for e in out] == [
+        ("stdout", "to stdout"),
+        ("batchscore", f"{embed_job}: ok"),
+    ]
+    plain = invoke("validate", str(embed_job))
+    assert "Some weights were not initialized\n" in plain.stderr
+    assert plain.stdout.startswith("to stdout\n")
 
 
 @pytest.mark.parametrize(

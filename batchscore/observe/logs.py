@@ -9,8 +9,10 @@ their reasons) only with ``-v``; ``-q`` leaves warnings and errors alone, in eit
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -22,6 +24,7 @@ from batchscore.observe.spinner import SpinnerHandler
 # LogRecord attributes that are not extra fields a caller attached
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "detail"}
 log = logging.getLogger("batchscore")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def json_entry(
@@ -60,6 +63,68 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class JsonLines(io.TextIOBase):
+    """A text stream through which every line comes out one JSON object: a line that is one
+    already (a batchscore log line, a command's result) as it is, any other as a log line of
+    ``level`` that carries it as its ``message``.
+
+    With ``--log-format json`` it stands in for sys.stderr and sys.stdout, for what other
+    libraries write there themselves: transformers logs through its own handler (it stops
+    its records reaching ours), a library may print. Writes that bypass Python (C code
+    writing to the file descriptor) are not seen.
+    """
+
+    def __init__(self, stream: TextIO, level: str, logger: str) -> None:
+        super().__init__()
+        self.stream, self.level, self.logger = stream, level, logger
+        self.partial = ""  # text after the last line break, until its line ends
+        self.turn = threading.Lock()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # click writes text here only if set
+        return "utf-8"
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return "strict"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False  # no bar, no spinner, no colour: JSON lines only
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def write(self, text: str) -> int:
+        with self.turn:
+            # a carriage return ends a line too: a bar redrawn in place is one line each time
+            *lines, self.partial = LINE_BREAK.split(self.partial + text)
+            for line in lines:
+                if line.strip():
+                    self.stream.write(self.as_json(line) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def as_json(self, line: str) -> str:
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                if isinstance(json.loads(line), dict):
+                    return line
+        return json_line(line.rstrip(), level=self.level, logger=self.logger)
+
+
+def json_streams(on: bool) -> None:
+    """Put `JsonLines` in front of sys.stdout and sys.stderr (``on``), or take it away."""
+    for name, level in (("stdout", "info"), ("stderr", "warning")):
+        stream = getattr(sys, name)
+        inner = stream.stream if isinstance(stream, JsonLines) else stream
+        setattr(sys, name, JsonLines(inner, level, name) if on else inner)
+
+
 class Threshold(logging.Filter):
     """batchscore's records at ``level`` and above, less those marked ``detail`` unless at
     debug level; and for JSON every stage event, whatever its level, unless quiet (``level``
@@ -80,9 +145,11 @@ class Threshold(logging.Filter):
 def setup_logging(level: int, fmt: str, terminal: bool = False) -> None:
     """Log to stderr at ``level`` (DEBUG with ``-v``, INFO, WARNING with ``-q``), as text or
     JSON lines; on a terminal, text shows a spinner while a slow step runs. Python warnings
-    (a library's ``UserWarning``) go through the same handler, so a JSON log holds no line
-    that is not JSON. Called again (an option given after the command), it replaces its
+    (a library's ``UserWarning``) go through the same handler, and what other libraries
+    write to stdout and stderr themselves passes through `JsonLines`, so a JSON log holds no
+    line that is not JSON. Called again (an option given after the command), it replaces its
     handler."""
+    json_streams(fmt == "json")
     handler = SpinnerHandler(sys.stderr) if terminal and fmt != "json" else None
     handler = handler or logging.StreamHandler(sys.stderr)
     text = logging.Formatter("batchscore: %(message)s")
