@@ -14,8 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 
+from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
+from batchscore.models.embed import EmbedTask
+from batchscore.pipeline.sampler import form_batches, restore
+from batchscore.runtime.executor import Executor
 from tests.models import tiny
 
 LEGACY = "sentence_transformers.models."
@@ -227,3 +232,35 @@ def to_sparse_v5_layout(source: Path, folder: Path) -> Path:
     kept = {"max_seq_length": old.get("max_seq_length"), "do_lower_case": False}
     st_config.write_text(json.dumps(kept))
     return folder
+
+
+def embed_column(
+    path: Path, texts: list[str], options: EmbedConfig | None = None, **model: Any
+) -> pa.Array:
+    """batchscore's `embedding` column for ``texts`` (fp32, one thread), in length-bucketed,
+    padded batches as a run forms them, typed as the task declares it."""
+    config = ModelConfig(task="embed", precision="fp32", threads=1, **model)
+    task = EmbedTask(
+        path,
+        model=config,
+        options=options or EmbedConfig(),
+        inp=InputConfig(path=()),
+        executor=Executor(config),
+    )
+    encoded = task.encode(pa.table({"text": texts}))
+    batches = form_batches(encoded.lengths, 1024, 16)
+    with torch.inference_mode():
+        results = restore(batches, [task.forward(encoded, b) for b in batches], np.empty(0))
+    column = task.finish(encoded, results)["embedding"]
+    assert column.type == task.columns[0].type
+    return column
+
+
+def floats(column: pa.Array) -> np.ndarray:
+    """A fixed-size vector column as a float32 matrix."""
+    return np.array(column.to_pylist(), dtype=np.float32)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row by row cosine of two matrices."""
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)

@@ -67,12 +67,6 @@ def compare(column: pa.Array, reference: np.ndarray, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def texts(small_corpus) -> list[str]:
-    picked = small_corpus.column("text").to_pylist()[::9][:40]
-    return [*picked, "x", "Ünïcödé and CAPITALS, with    spaces."]
-
-
-@pytest.fixture(scope="module")
 def mlm(tmp_path_factory, tiny_texts) -> Path:
     return tiny_mlm(tmp_path_factory.mktemp("mlm") / "bert", tiny_texts)
 

@@ -9,65 +9,30 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
-import torch
 from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.errors import ModelError
 from batchscore.job.load import load_job
-from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
-from batchscore.models.embed import EmbedTask
+from batchscore.job.sections import EmbedConfig
 from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.stack import read_stack
-from batchscore.pipeline.sampler import form_batches, restore
-from batchscore.runtime.executor import Executor
 from tests.conftest import write_job
-from tests.models.st_folders import save_st, st_encode, tiny_bert, to_hub_layout
+from tests.models.st_folders import (
+    cosines,
+    embed_column,
+    floats,
+    save_st,
+    st_encode,
+    tiny_bert,
+    to_hub_layout,
+)
 
 
 def embed(path: Path, texts: list[str], *, prompt_name=None, normalize=True, **model) -> np.ndarray:
     """batchscore's embeddings of ``texts``, in length-bucketed, padded batches."""
-    config = ModelConfig(task="embed", precision="fp32", threads=1, **model)
-    task = EmbedTask(
-        path,
-        model=config,
-        options=EmbedConfig(normalize, prompt_name),
-        inp=InputConfig(path=()),
-        executor=Executor(config),
-    )
-    encoded = task.encode(pa.table({"text": texts}))
-    batches = form_batches(encoded.lengths, 1024, 16)
-    with torch.inference_mode():
-        results = restore(batches, [task.forward(encoded, b) for b in batches], np.empty(0))
-    return np.array(task.finish(encoded, results)["embedding"].to_pylist(), dtype=np.float32)
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
-
-@pytest.fixture(scope="module")
-def texts(small_corpus) -> list[str]:
-    """Real docstrings, short and long (some past the models' windows), plus odd ones."""
-    picked = small_corpus.column("text").to_pylist()[::9][:40]
-    return [*picked, "x", "Ünïcödé and CAPITALS, with    spaces."]
-
-
-@pytest.fixture(scope="module")
-def dense_model(tmp_path_factory, minilm_path) -> Path:
-    """The real MiniLM with a Dense head (384 -> 128, tanh), Normalize and two prompts, saved
-    by sentence-transformers."""
-    return save_st(
-        tmp_path_factory.mktemp("st") / "minilm-dense",
-        minilm_path,
-        dense=[(128, "Tanh", False)],
-        normalize=True,
-        prompts={"query": "query: ", "passage": "passage: "},
-        default_prompt="query",
-        max_seq_length=128,
-    )
+    return floats(embed_column(path, texts, EmbedConfig(normalize, prompt_name), **model))
 
 
 @pytest.fixture(scope="module")

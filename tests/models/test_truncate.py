@@ -8,62 +8,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
-import torch
 from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.job.load import load_job
-from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
-from batchscore.models.embed import EmbedTask
+from batchscore.job.sections import EmbedConfig
 from batchscore.models.fingerprint import fingerprint_parts
-from batchscore.pipeline.sampler import form_batches, restore
-from batchscore.runtime.executor import Executor
 from tests.conftest import write_job
-from tests.models.st_folders import save_st, st_encode, tiny_bert
-
-
-def embed(path: Path, texts: list[str], options: EmbedConfig, **model) -> pa.Array:
-    """The task's `embedding` column for ``texts``, in length-bucketed, padded batches."""
-    config = ModelConfig(task="embed", precision="fp32", threads=1, **model)
-    task = EmbedTask(
-        path, model=config, options=options, inp=InputConfig(path=()), executor=Executor(config)
-    )
-    encoded = task.encode(pa.table({"text": texts}))
-    batches = form_batches(encoded.lengths, 1024, 16)
-    with torch.inference_mode():
-        results = restore(batches, [task.forward(encoded, b) for b in batches], np.empty(0))
-    column = task.finish(encoded, results)["embedding"]
-    assert column.type == task.columns[0].type
-    return column
-
-
-def floats(column: pa.Array) -> np.ndarray:
-    return np.array(column.to_pylist(), dtype=np.float32)
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-
-
-@pytest.fixture(scope="module")
-def texts(small_corpus) -> list[str]:
-    picked = small_corpus.column("text").to_pylist()[::9][:40]
-    return [*picked, "x", "Ünïcödé and CAPITALS, with    spaces."]
-
-
-@pytest.fixture(scope="module")
-def dense_model(tmp_path_factory, minilm_path) -> Path:
-    """The real MiniLM with a Dense head (384 -> 128), Normalize and prompts."""
-    return save_st(
-        tmp_path_factory.mktemp("st") / "minilm-dense",
-        minilm_path,
-        dense=[(128, "Tanh", False)],
-        normalize=True,
-        prompts={"query": "query: ", "passage": "passage: "},
-        default_prompt="query",
-        max_seq_length=128,
-    )
+from tests.models.st_folders import cosines, embed_column, floats, save_st, st_encode, tiny_bert
 
 
 def test_cut_vectors_equal_encode_truncate_dim(dense_model, minilm_path, texts):
@@ -71,7 +23,7 @@ def test_cut_vectors_equal_encode_truncate_dim(dense_model, minilm_path, texts):
         (dense_model, 64, "MiniLM + Dense(128)"),
         (minilm_path, 96, "MiniLM"),
     ):
-        column = embed(folder, texts, EmbedConfig(truncate_dim=dim))
+        column = embed_column(folder, texts, EmbedConfig(truncate_dim=dim))
         assert column.type == pa.list_(pa.float32(), dim)
         ours = floats(column)
         reference = st_encode(folder, texts, truncate_dim=dim)
@@ -90,7 +42,7 @@ def test_cut_vectors_equal_encode_truncate_dim(dense_model, minilm_path, texts):
 def test_a_model_without_normalize_is_cut_as_it_is(tmp_path, minilm_path, texts):
     encoder = tiny_bert(tmp_path / "bert", minilm_path)
     folder = save_st(tmp_path / "st", encoder, modes=("mean", "max"), max_seq_length=48)
-    raw = floats(embed(folder, texts, EmbedConfig(normalize=False, truncate_dim=40)))
+    raw = floats(embed_column(folder, texts, EmbedConfig(normalize=False, truncate_dim=40)))
     reference = st_encode(folder, texts, truncate_dim=40)
     assert raw.shape == reference.shape == (len(texts), 40)
     assert np.abs(raw - reference).max() < 1e-4 * max(1.0, float(np.abs(reference).max()))
@@ -102,17 +54,21 @@ def test_the_models_own_truncate_dim_applies(tmp_path, minilm_path, texts):
     folder = save_st(tmp_path / "st", minilm_path, normalize=True, truncate_dim=48)
     reference = st_encode(folder, texts)
     assert reference.shape == (len(texts), 48)
-    ours = floats(embed(folder, texts, EmbedConfig()))
+    ours = floats(embed_column(folder, texts, EmbedConfig()))
     assert ours.shape == reference.shape and cosines(ours, reference).min() >= 0.9999
-    assert embed(folder, texts[:3], EmbedConfig(truncate_dim=16)).type.list_size == 16
+    assert embed_column(folder, texts[:3], EmbedConfig(truncate_dim=16)).type.list_size == 16
 
 
 def test_long_texts_are_averaged_then_cut(dense_model, texts):
     """Windows meet at full width, then the cut and the normalization: the same vectors as the
     whole width cut afterwards."""
-    whole = floats(embed(dense_model, texts, EmbedConfig(), long_text="chunk", max_length=32))
+    whole = floats(
+        embed_column(dense_model, texts, EmbedConfig(), long_text="chunk", max_length=32)
+    )
     cut = floats(
-        embed(dense_model, texts, EmbedConfig(truncate_dim=32), long_text="chunk", max_length=32)
+        embed_column(
+            dense_model, texts, EmbedConfig(truncate_dim=32), long_text="chunk", max_length=32
+        )
     )
     expected = whole[:, :32] / np.linalg.norm(whole[:, :32], axis=1, keepdims=True)
     assert np.abs(cut - expected).max() < 1e-5
