@@ -12,7 +12,7 @@ The cache folder itself is named here, per call, from the variables the caller p
 test, a scheduler's wrapper) would be searched in the old place; and no module here reads the
 environment behind its caller's back.
 
-huggingface_hub is imported on the first look-up of an id (about 0.17 s, measured with
+huggingface_hub is imported on the first look-up of an id (0.17 to 0.3 s, measured with
 ``python -X importtime``), so a job with the built-in model or a local path never pays for it.
 """
 
