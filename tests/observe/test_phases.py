@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from batchscore.observe.phases import PHASES, process_start, split
-from tests.reliability import ROOT, make_job
+from tests.commands import ROOT
+from tests.reliability import make_job
 
 
 def test_a_process_knows_when_it_started():

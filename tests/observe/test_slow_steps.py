@@ -11,7 +11,7 @@ import time
 
 from batchscore.observe.logs import SlowSteps, slow_steps
 from batchscore.observe.progress import stage
-from tests.reliability import ROOT
+from tests.commands import ROOT
 
 
 def test_a_slow_step_is_said_and_a_quick_one_is_not():
