@@ -197,21 +197,22 @@ def task_problems(
     """Checks between a task's own section and the others (prompt columns, features, budget)."""
     problems = []
     where = f"[{model.task}]"
-    if model.task == "tensor" and not model.path:
-        problems.append("[model].path: task tensor needs a local model file")
-    elif model.task in ("classify", "generate") and not model.path and model.name == DEFAULT_MODEL:
+    section = type(options)
+    if section.model_needed == "file" and not model.path:
+        problems.append(f"[model].path: task {model.task} needs a local model file")
+    elif section.model_needed == "own" and not model.path and model.name == DEFAULT_MODEL:
         problems.append(
             f"[model].path: task {model.task} needs its own model (a local path, or a Hugging "
             f"Face id in [model].name); the built-in {DEFAULT_MODEL} is an encoder"
         )
-    if inp.text_pair is not None and model.task != "classify":
+    if inp.text_pair is not None and not section.reads_pairs:
+        pairs = " and ".join(t for t, s in TASK_SECTIONS.items() if s.reads_pairs)
+        problems.append(f"[input].text_pair: task {model.task} reads one text; {pairs} reads pairs")
+    if model.long_text == "chunk" and not section.windows:
+        windowed = ", ".join(t for t, s in TASK_SECTIONS.items() if s.windows)
         problems.append(
-            f"[input].text_pair: task {model.task} reads one text; classify reads pairs"
-        )
-    if model.long_text == "chunk" and model.task in ("generate", "tensor"):
-        problems.append(
-            f'[model].long_text: "chunk" reads long texts in windows for embed, classify and '
-            f"extractive summarize; task {model.task} has no windows to pool"
+            f'[model].long_text: "chunk" reads long texts in windows for {windowed}; task '
+            f"{model.task} has no windows to pool"
         )
     if isinstance(options, GenerateConfig | SummarizeConfig):
         problem = template_problem(options.prompt)

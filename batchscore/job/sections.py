@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
+# What a task's model must be: "any" (the built-in encoder will do), "own" (a model of the
+# task's kind, named by the job) or "file" (a local model file)
+ModelNeeded = Literal["any", "own", "file"]
 Precision = Literal["fp32", "fp16", "bf16", "int8", "auto"]
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Upper bounds of the numbers a typo can turn into a crash or more memory than any machine has
@@ -150,6 +153,11 @@ class EmbedConfig:
     sparse encoder keeps its ``top_k`` largest weights (default: the model's own limit, if any).
     """
 
+    # what the task asks of the other sections (class attributes, not job keys; job.load checks)
+    model_needed: ClassVar[ModelNeeded] = "any"
+    reads_pairs: ClassVar[bool] = False
+    windows: ClassVar[bool] = True
+
     normalize: bool = True
     prompt_name: str | None = None
     truncate_dim: int | None = field(
@@ -187,6 +195,11 @@ class ClassifyConfig:
     (Sigmoid where they name none); "none" keeps the raw logit.
     """
 
+    # what the task asks of the other sections (class attributes, not job keys; job.load checks)
+    model_needed: ClassVar[ModelNeeded] = "own"
+    reads_pairs: ClassVar[bool] = True
+    windows: ClassVar[bool] = True
+
     all_scores: bool = False
     activation: Literal["auto", "sigmoid", "tanh", "none"] = field(
         default="auto", metadata=WHEN_SET
@@ -203,6 +216,11 @@ class GenerateConfig:
     ``system`` message, if given); ``stop`` ends a row at the first of these strings (not
     written); ``repetition_penalty`` is transformers' (1: off; None: the model's own, if any).
     """
+
+    # what the task asks of the other sections (class attributes, not job keys; job.load checks)
+    model_needed: ClassVar[ModelNeeded] = "own"
+    reads_pairs: ClassVar[bool] = False
+    windows: ClassVar[bool] = False
 
     prompt: str | None = None
     max_new_tokens: int = field(default=64, metadata={"min": 1, "max": MAX_NEW_TOKENS})
@@ -249,6 +267,11 @@ class SummarizeConfig:
     ``max_new_tokens`` and ``num_beams`` apply when `[model].path` is a generative model.
     """
 
+    # what the task asks of the other sections (class attributes, not job keys; job.load checks)
+    model_needed: ClassVar[ModelNeeded] = "any"
+    reads_pairs: ClassVar[bool] = False
+    windows: ClassVar[bool] = True
+
     sentences: int = field(default=3, metadata={"min": 1, "max": MAX_SENTENCES})
     diversity: float = field(default=0.3, metadata={"min": 0.0, "max": 1.0})
     max_sentences: int = field(default=256, metadata={"min": 1, "max": MAX_SENTENCES})
@@ -260,6 +283,11 @@ class SummarizeConfig:
 @dataclass(frozen=True)
 class TensorConfig:
     """[tensor]: a numeric model over feature columns; `output` says how to read its rows."""
+
+    # what the task asks of the other sections (class attributes, not job keys; job.load checks)
+    model_needed: ClassVar[ModelNeeded] = "file"
+    reads_pairs: ClassVar[bool] = False
+    windows: ClassVar[bool] = False
 
     output: Literal["class", "value"]
     format: Literal["auto", "torchscript", "export", "safetensors"] = "auto"
