@@ -120,6 +120,13 @@ class OverLimitError(BatchscoreError):
     exit_code = 12
 
 
+class IncompleteError(BatchscoreError):
+    """`batchscore status --check`: the output is not complete for the job as given, for a
+    scheduler to gate the next step on without parsing the status."""
+
+    exit_code = 13
+
+
 class LockHeldError(BatchscoreError):
     """Another run of the same job holds the output folder's lock (EX_TEMPFAIL: try again later)."""
 
@@ -144,6 +151,7 @@ EXIT_CODES: dict[int, str] = {
     "the data files prove; --restart starts over",
     MetricsError.exit_code: "every row is committed, but the --metrics-file could not be written",
     OverLimitError.exit_code: "plan: the job is over a --max-wall-s or --max-tokens limit",
+    IncompleteError.exit_code: "status --check: the output is not complete for the job as given",
     LockHeldError.exit_code: "another run of the same job is still running",
     129: "stopped by SIGHUP; committed chunks are kept, the next run resumes",
     130: "interrupted (Ctrl-C); committed chunks are kept",

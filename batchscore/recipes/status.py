@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from batchscore.errors import BatchscoreError, ModelError
+from batchscore.errors import BatchscoreError, IncompleteError, ModelError
 from batchscore.job.sections import Job
 from batchscore.models.fingerprint import identity
 from batchscore.models.locate import locate
@@ -26,13 +26,6 @@ from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import chunks_of
 
 IN_PLACE = f"is still in the data files: the next run moves it to {GONE}/"
-
-
-class IncompleteError(BatchscoreError):
-    """`batchscore status --check`: the output is not complete for the job as given (exit 13,
-    for a scheduler to gate the next step on without parsing the status)."""
-
-    exit_code = 13
 
 
 @dataclass
