@@ -32,6 +32,8 @@ from batchscore.output.settled import Chosen
 from batchscore.precision.table import available, precision
 from batchscore.runtime.device import resolve_device
 
+# the lines of the choice are said again in the run's precision line: here with -v only
+DETAIL = {"detail": True}
 log = logging.getLogger("batchscore")
 OPENVINO_GAIN = 1.2  # OpenVINO's fp32 over torch's, per token (1.14-1.3x, BENCHMARKS.md)
 
@@ -170,17 +172,17 @@ def choose_auto(
         weighed = guess(name)
         if not weighed.worth_trying:
             lines.append(weighed.describe())
-            log.info("precision auto: %s", lines[-1])
+            log.info("precision auto: %s", lines[-1], extra=DETAIL)
             continue
         try:
             candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=False)
         except QualityGateError as exc:  # int8's calibration could not keep the promise
             lines.append(f"{name}: fails the quality gate ({exc})")
-            log.info("precision auto: %s", lines[-1])
+            log.info("precision auto: %s", lines[-1], extra=DETAIL)
             continue
         except ModelError as exc:  # int8 found no Linear layer: the model's nature, kept
             lines.append(f"{name}: cannot run this model ({exc})")
-            log.info("precision auto: %s", lines[-1])
+            log.info("precision auto: %s", lines[-1], extra=DETAIL)
             unusable[name] = str(exc)
             continue
         candidate.agreement = judge(reference, candidate, job.quality)
