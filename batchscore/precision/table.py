@@ -58,10 +58,13 @@ def fp16_speedup(device: torch.device) -> float:
 
 def int8_speedup(device: torch.device) -> float:
     """As `bf16_speedup`: AMX int8 tiles; VNNI dot products (2.1x OpenVINO's fp32 on MiniLM);
-    without either, 7-bit weights through vpmaddubsw (1.5x on an AVX2 EPYC)."""
+    without either, 7-bit weights through vpmaddubsw: 1.5x in a study of MiniLM's layers, but
+    whole jobs on an AVX2 EPYC ran 1.26x (MiniLM, 256 tokens) and 1.10x (a MiniLM classifier,
+    64 tokens, where attention and the rest weigh more), so the guess is the lower 1.2x: a
+    guess too high makes a small job pay for a calibration its rows cannot repay."""
     if cpu_has("amx_int8"):
         return 2.5
-    return 2.0 if cpu_has("avx512_vnni", "avx_vnni") else 1.4
+    return 2.0 if cpu_has("avx512_vnni", "avx_vnni") else 1.2
 
 
 def int8_missing(device: torch.device) -> str | None:
