@@ -207,7 +207,13 @@ def test_a_reranker_job(tmp_path, folders, pairs):
     )
     loaded = load_job(job)
     parts = fingerprint_parts(loaded, path)
-    assert parts["task_options"] == {"all_scores": False, "activation": "auto"}
+    # activation at its default ("auto") leaves the fingerprint as classify's always was
+    assert parts["task_options"] == {"all_scores": False}
+    none = load_job(job, ['classify.activation="none"'])
+    assert fingerprint_parts(none, path)["task_options"] == {
+        "all_scores": False,
+        "activation": "none",
+    }
     report = run_job(loaded)
     out = read_output(tmp_path / "out")
     assert report["rows"] == pairs.num_rows and report["chunks_committed"] == 3
