@@ -128,6 +128,13 @@ class DecisionCache:
 
     def __init__(self, folder: Path | None) -> None:
         self.path = folder / FILE if folder is not None else None
+        # a run reads the cache more than once (to choose, then to learn): a problem is said once
+        self.said: set[str] = set()
+
+    def warn_once(self, message: str) -> None:
+        if message not in self.said:
+            self.said.add(message)
+            log.warning(message)
 
     def raw(self) -> dict[str, Any]:
         """The file's entries as they are, by key; unreadable is empty, with a warning."""
@@ -138,27 +145,33 @@ class DecisionCache:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
-            log.warning("%s: unreadable (%s); measuring again", self.path, exc)
+            self.warn_once(f"{self.path}: unreadable ({exc}); measuring again")
             return {}
         if not isinstance(data, dict):
-            log.warning("%s: not a JSON object; measuring again", self.path)
+            self.warn_once(f"{self.path}: not a JSON object; measuring again")
             return {}
         return data
 
     def get(self, key: str) -> Entry | None:
         """The entry for ``key``; one that does not validate is ignored, with a warning."""
+        entry, problem = self.lookup(key)
+        if problem is not None:
+            self.warn_once(
+                f"{self.path}: the entry for this model does not validate ({problem}); "
+                "measuring again"
+            )
+        return entry
+
+    def lookup(self, key: str) -> tuple[Entry | None, str | None]:
+        """The entry for ``key`` (None where there is none or it does not validate), and why
+        it does not validate."""
         entries = self.raw()
         if key not in entries:
-            return None
+            return None, None
         try:
-            return Entry.parse(entries[key])
+            return Entry.parse(entries[key]), None
         except ValueError as exc:
-            log.warning(
-                "%s: the entry for this model does not validate (%s); measuring again",
-                self.path,
-                exc,
-            )
-            return None
+            return None, str(exc)
 
     def put(self, key: str, entry: Entry) -> None:
         """Keep ``entry`` for ``key``; a cache that cannot be written is a warning, not an error."""
@@ -175,10 +188,13 @@ class DecisionCache:
     def learn(
         self, key: str, measured: dict[str, Measured], unusable: dict[str, str] | None = None
     ) -> None:
-        """Replace what is kept for the precisions just measured; keep the others."""
-        if not measured and not unusable:
+        """Replace what is kept for the precisions just measured; keep the others. An entry
+        that does not validate (an older batchscore's) is replaced even when nothing was
+        measured, so the next run neither warns nor measures again for it."""
+        entry, problem = self.lookup(key)
+        if not measured and not unusable and problem is None:
             return
-        entry = self.get(key) or Entry()
+        entry = entry or Entry()
         self.put(
             key,
             Entry({**entry.measured, **measured}, {**entry.unusable, **(unusable or {})}),

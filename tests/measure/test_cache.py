@@ -264,6 +264,27 @@ def test_a_damaged_cache_is_a_warning_and_a_cold_run(job: Path, tmp_path: Path, 
     assert "measuring again" in caplog.text
 
 
+def test_an_older_entry_is_said_once_and_replaced_even_when_nothing_is_tried(
+    job: Path, tmp_path: Path, caplog
+):
+    """An entry an earlier batchscore wrote (format 1) is ignored with one warning per run, and
+    the run writes this format's entry in its place, so the next run says nothing."""
+    settings = load_job(job, AUTO)
+    key = machine_key(settings, model_identity(locate(settings.model)))
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / FILE).write_text(json.dumps({key: {"format": 1, "speeds": {"fp32": 4000.0}}}))
+    with caplog.at_level(logging.WARNING, logger="batchscore"):
+        report = run_job(settings, cache=DecisionCache(folder))  # 30 rows: nothing to try
+    assert report["rows"] == 30 and report["precision"] == "fp32"
+    assert caplog.text.count("does not validate (not an entry of format 2)") == 1
+    assert DecisionCache(folder).lookup(key)[1] is None  # replaced by a valid entry
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="batchscore"):
+        run_job(load_job(job, [*AUTO, 'output.path="again"']), cache=DecisionCache(folder))
+    assert "does not validate" not in caplog.text
+
+
 def test_an_unwritable_cache_folder_is_a_warning_not_an_error(job: Path, tmp_path: Path, caplog):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the cache folder would be")
