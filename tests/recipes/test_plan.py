@@ -49,14 +49,7 @@ def test_an_exact_plan_counts_what_the_run_then_does(embed_job: Path, monkeypatc
     }
     report = run_job(load_job(embed_job, sets))
     assert planned["rows_to_score"] == report["rows"] and planned["filtered"] == report["filtered"]
-    assert planned["tokens"] == {
-        "value": report["tokens"],
-        "exact": True,
-        "to_run": report["computed_tokens"],  # repeats are scored once
-        "repeats": report["duplicates"],
-        "truncated": report["truncated"],
-    }
-    assert planned["padding"]["padded_tokens"] == report["padded_tokens"]
+    assert_tokens_as_run(planned, report)
     assert planned["padding"]["batches"] == report["batches"]
     assert planned["padding"]["efficiency"] == pytest.approx(report["padding_efficiency"], abs=1e-4)
     assert planned["truncated"] == report["truncated"] and planned["rows_committed"] == 0
@@ -83,14 +76,7 @@ def test_a_pair_job_in_windows_plans_what_its_run_then_does(tmp_path, shards, mi
         planned = plan(load_job(job), timing=False)
     report = run_job(load_job(job))
     assert planned["rows_to_score"] == report["rows"] == 360 and report["chunked"] > 0
-    assert planned["tokens"] == {
-        "value": report["tokens"],
-        "exact": True,
-        "to_run": report["computed_tokens"],  # repeats are scored once
-        "repeats": report["duplicates"],
-        "truncated": report["truncated"],
-    }
-    assert planned["padding"]["padded_tokens"] == report["padded_tokens"]
+    assert_tokens_as_run(planned, report)
     assert planned["padding"]["batches"] == report["batches"] > 0
 
 
@@ -203,3 +189,15 @@ def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, smal
     warm = plan(job, cache=cache)["estimate"]
     assert warm["precision"] == name and not any(name in g for g in warm["guesses"])
     assert warm["parts"]["scoring"] < cold["parts"]["scoring"]
+
+
+def assert_tokens_as_run(planned: dict, report: dict) -> None:
+    """plan's exact token counts are the run's: real, run once (repeats), truncated, padded."""
+    assert planned["tokens"] == {
+        "value": report["tokens"],
+        "exact": True,
+        "to_run": report["computed_tokens"],  # repeats are scored once
+        "repeats": report["duplicates"],
+        "truncated": report["truncated"],
+    }
+    assert planned["padding"]["padded_tokens"] == report["padded_tokens"]
