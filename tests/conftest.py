@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,23 @@ def user_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     folder = tmp_path_factory.mktemp("xdg-cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
     return folder
+
+
+@pytest.fixture
+def fake_machine(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+    """``fake_machine("avx512-bf16")`` makes the test see that class of machine (`tests.machines`:
+    CPU flags, oneDNN's answers, a GPU or none) and returns it; what was read from the fakes is
+    forgotten after."""
+    from batchscore.precision.int8_linear import weight_levels
+    from tests.machines import MACHINES
+    from tests.machines import fake as fake_as
+
+    def fake(name: str, **options: Any) -> Any:
+        fake_as(monkeypatch, MACHINES[name], **options)
+        return MACHINES[name]
+
+    yield fake
+    weight_levels.cache_clear()
 
 
 @pytest.fixture(scope="session")

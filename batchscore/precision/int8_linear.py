@@ -17,6 +17,8 @@ from functools import cache
 import torch
 from torch import nn
 
+from batchscore.precision.units import VNNI_UNITS, cpu_has
+
 # uint8 activations with zero point 128: oneDNN's u8 x s8 path is its fast one (VNNI vpdpbusd
 # multiplies unsigned by signed bytes); signed int8 activations fall back to a reference kernel.
 ZERO_POINT = 128
@@ -67,9 +69,7 @@ def weight_levels() -> int:
     Without VNNI, oneDNN multiplies u8 x s8 with vpmaddubsw, which adds pairs of products in int16
     and saturates silently (255 * 127 * 2 > 32767); 7-bit weights keep every pair in range.
     """
-    caps = getattr(torch.cpu, "get_capabilities", dict)()
-    vnni = any(caps.get(flag, False) for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
-    return 127 if vnni else 63
+    return 127 if cpu_has(*VNNI_UNITS) else 63
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,30 +17,29 @@ import torch
 from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import Precision as PrecisionName
 from batchscore.precision.int8_linear import int8_available, int8_problem, weight_levels
+from batchscore.precision.units import BF16_UNITS, FP16_UNITS, VNNI_UNITS, cpu_has
 
 
 def bf16_native(device: torch.device) -> bool:
     """CUDA with bf16 units (not a T4's emulation, which `is_bf16_supported` counts unless
-    told not to); a CPU with AVX-512 BF16 or AMX (oneDNN reports which)."""
+    told not to); a CPU with AVX-512 BF16 or AMX-BF16 units whose kernels this torch's oneDNN
+    has. oneDNN's own check alone is true on every AVX-512 CPU, bf16 units or not."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported(including_emulation=False)
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return cpu_has(*BF16_UNITS) and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def fp16_native(device: torch.device) -> bool:
-    """Every CUDA GPU; a CPU with AVX-512 FP16 or AMX-FP16. Elsewhere fp16 is emulated (slow)."""
-    return device.type == "cuda" or bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    """Every CUDA GPU; a CPU with AVX-512 FP16 or AMX-FP16 units (and oneDNN's kernels for
+    them). Elsewhere fp16 is converted in software (slow)."""
+    if device.type == "cuda":
+        return True
+    return cpu_has(*FP16_UNITS) and bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
 
 
 def int8_native(device: torch.device) -> bool:
     """The CPU's oneDNN int8 kernels (see `batchscore.precision.int8_linear`), when they work."""
     return device.type == "cpu" and int8_available()
-
-
-def cpu_has(*flags: str) -> bool:
-    """Whether the CPU has any of these units (torch's own reading of CPUID)."""
-    caps = getattr(torch.cpu, "get_capabilities", dict)()
-    return any(caps.get(flag, False) for flag in flags)
 
 
 def bf16_speedup(device: torch.device) -> float:
@@ -64,7 +63,7 @@ def int8_speedup(device: torch.device) -> float:
     guess too high makes a small job pay for a calibration its rows cannot repay."""
     if cpu_has("amx_int8"):
         return 2.5
-    return 2.0 if cpu_has("avx512_vnni", "avx_vnni") else 1.2
+    return 2.0 if cpu_has(*VNNI_UNITS) else 1.2
 
 
 def int8_missing(device: torch.device) -> str | None:

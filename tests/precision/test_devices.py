@@ -25,29 +25,13 @@ from batchscore.recipes.driver import run_job
 from batchscore.recipes.preflight import preflight
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
+from tests.machines import gpu
 from tests.reliability import make_job
 
 
 @pytest.fixture(name="gpu")
 def gpu_fixture(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     return gpu(monkeypatch)
-
-
-def gpu(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
-    """A faked CUDA machine: one GPU of compute capability ``major`` (7: a T4, which emulates
-    bf16 and so passes `is_bf16_supported()` unless emulation is excluded), 16 GiB free."""
-    spec = SimpleNamespace(major=7, free=16 * 2**30)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "Tesla T4 (faked)")
-    monkeypatch.setattr(
-        torch.cuda, "get_device_properties", lambda *_: SimpleNamespace(major=spec.major)
-    )
-    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda *_: True)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *_: (spec.free, 16 * 2**30))
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    return spec
 
 
 def test_bf16_is_native_only_where_the_gpu_has_bf16_units(gpu):
