@@ -6,8 +6,8 @@ rows reach is swapped for an `Int8Linear`, and the rows are scored again; that p
 each layer's own int8 error on the inputs it meets. If the worst row's cosine with fp32 falls
 short, the layers with the largest error stay in float, as few as the target allows, found by a
 binary search over that ranking. Calibration therefore costs a bounded number of passes over
-the rows (`max_passes`), whatever the number of layers: a 6-layer classifier no longer pays one
-pass per Linear. Layers are found by type and judged by measurement, so any encoder works.
+the rows (`max_passes`: 3 + ceil(log2(Linear layers)), 10 for BERT-base's 72), never one pass
+per Linear. Layers are found by type and judged by measurement, so any encoder works.
 
 Usage, once at load, before the batch loop (the module is changed in place and returned)::
 
@@ -30,8 +30,20 @@ from batchscore.precision.int8_linear import Int8Linear, int8_available
 
 # score(layers kept in float) -> per-row cosines with fp32, over every calibration row
 Score = Callable[[set[str]], torch.Tensor]
-# the binary search's passes at most: 2**6 = 64 prefixes, more than any encoder's Linear layers
-SEARCH_PASSES = 6
+
+
+def search_passes(layers: int) -> int:
+    """The binary search's passes at most over ``layers`` ranked Linear layers: ceil(log2),
+    enough to settle on one prefix length however many there are (7 for BERT-base's 72, 8 for
+    BERT-large's 144); a cap below it could stop short and keep every layer in float."""
+    return max(layers - 1, 0).bit_length()
+
+
+def max_passes(layers: int) -> int:
+    """Every pass a calibration over ``layers`` Linear layers can run: the fp32 pass (outputs and
+    input ranges), the all-int8 pass (with each layer's own error), the search, and, where no
+    shorter prefix met the target, the all-float one measured for the report."""
+    return 2 + search_passes(layers) + 1
 
 
 @dataclass
@@ -219,13 +231,11 @@ def fewest_to_keep(
     """The shortest largest-error-first prefix that, kept in float, meets the target.
 
     Binary search over the prefix length (keeping more layers in float only helps, nearly
-    always), so the search costs at most `SEARCH_PASSES` calibration passes, not one per layer;
+    always), so the search costs at most `search_passes` calibration passes, not one per layer;
     a prefix is only ever returned with its own measured cosines.
     """
     lo, hi, best = 1, len(ranked), None
-    for _ in range(SEARCH_PASSES):
-        if lo >= hi:
-            break
+    while lo < hi:  # halves [lo, hi] each pass: search_passes(len(ranked)) at most
         mid = (lo + hi) // 2
         cosines = score(set(ranked[:mid]))
         if float(cosines.min()) >= target:

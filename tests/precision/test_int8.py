@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from batchscore.models.pooling import pool
 from batchscore.models.text import TextEncoder
 from batchscore.pipeline.sampler import form_batches
-from batchscore.precision.int8 import quantize_int8
+from batchscore.precision.int8 import fewest_to_keep, max_passes, quantize_int8, search_passes
 from batchscore.precision.int8_linear import CHUNK_ROWS, Int8Linear, int8_available, weight_levels
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="needs oneDNN int8 CPU kernels")
@@ -140,3 +142,48 @@ def test_weights_keep_to_7_bits_on_cpus_without_vnni(monkeypatch):
         assert torch.allclose(layer.w_scale, linear.weight.abs().amax(dim=1) / 63)
     finally:
         weight_levels.cache_clear()
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.integers(1, 300), data=st.data())
+def test_the_search_finds_the_shortest_passing_prefix_of_any_number_of_layers(layers, data):
+    """However many Linear layers rank (BERT-base has 72, BERT-large 144), the search settles on
+    the shortest prefix that meets the target within `search_passes` passes, plus one where only
+    every layer in float does; a cap below ceil(log2) used to stop short and keep them all."""
+    needed = data.draw(st.integers(1, layers), label="shortest passing prefix")
+    ranked = [f"layer{i}" for i in range(layers)]
+    runs = []
+
+    def score(keep: set[str]) -> torch.Tensor:
+        runs.append(len(keep))
+        return torch.tensor([1.0 if len(keep) >= needed else 0.5])
+
+    keep, cosines = fewest_to_keep(ranked, score, target=0.9)
+    assert keep == ranked[:needed] and float(cosines.min()) == 1.0
+    assert len(runs) <= search_passes(layers) + 1 and search_passes(layers) <= 9
+
+
+def test_a_bert_with_more_than_64_linear_layers_keeps_some_in_int8_within_the_bound():
+    """A 12-layer BERT (73 Linear layers with the pooler) whose all-int8 pass misses the target:
+    the search finds a prefix to keep in float and quantizes the rest, within `max_passes`."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=12, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    model = BertModel(config).eval().requires_grad_(False)
+    layers = sum(isinstance(m, nn.Linear) for m in model.modules())
+    assert layers == 73
+    generator = torch.Generator().manual_seed(1)
+    data = [
+        (torch.randint(1, 100, (8, n), generator=generator), torch.ones(8, n, dtype=torch.long))
+        for n in (5, 17, 40)
+    ]
+    _, loose = quantize_int8(copy.deepcopy(model), data, embed, min_cosine=None)
+    # a target halfway between all-int8's worst row and 1: all-int8 misses it
+    _, report = quantize_int8(model, data, embed, min_cosine=loose.min_cosine)
+    assert report.kept and report.quantized, report.summary()
+    assert report.min_cosine >= report.target > loose.min_cosine
+    assert report.passes <= max_passes(layers) == 10
