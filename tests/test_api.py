@@ -25,10 +25,12 @@ FAST = {"threads": 1, "max_length": 64, "precision": "fp32"}
 
 
 def test_import_is_cheap():
-    """Importing the package loads no torch, transformers, pyarrow or polars."""
+    """Importing the package loads no torch, transformers, pyarrow, polars, huggingface_hub
+    or prometheus_client."""
     code = (
         "import sys, batchscore; heavy = ('torch', 'transformers', 'pyarrow', 'polars', "
-        "'batchscore.api'); print(sorted({m.split('.')[0] for m in sys.modules "
+        "'huggingface_hub', 'prometheus_client', 'batchscore.api'); "
+        "print(sorted({m.split('.')[0] for m in sys.modules "
         "if m.startswith(heavy)}))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
