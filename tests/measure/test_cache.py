@@ -173,9 +173,11 @@ def kept_at(cache: DecisionCache) -> str:
 
 
 @needs_int8
-def test_a_model_int8_cannot_quantize_is_moved_past_and_remembered(tmp_path: Path):
+def test_a_model_int8_cannot_quantize_is_moved_past_and_remembered(tmp_path: Path, fake_machine):
     """A TorchScript model hides its Linear layers: "auto" moves on to fp32 and keeps why,
-    so the next job does not try again (a fixed int8 stays the model's error, exit 4)."""
+    so the next job does not try again (a fixed int8 stays the model's error, exit 4). On an
+    AVX2 CPU (faked), where int8 is the only candidate: a bf16 CPU would try bf16 as well."""
+    fake_machine("avx2")
     _, files = tiny.mlp_files(tmp_path / "mlp")
     tabular_shards(tmp_path / "in")
     script = write_job(
