@@ -19,6 +19,7 @@ import numpy as np
 
 from batchscore.errors import ModelError
 from batchscore.models.text import TextEncoder, Tokens
+from batchscore.models.tokenizer import through_transformers
 from batchscore.work.units import Encoded
 
 # Where transformers' tokenizer finds a folder's templates: the default one in its own file, or
@@ -55,6 +56,13 @@ def no_template(source: Path) -> ModelError:
     )
 
 
+def check_chat(path: Path, system: str | None, trust_remote_code: bool) -> None:
+    """Load the folder's tokenizer and render `Chat`'s probe conversation, exactly as loading
+    the model for a run does (`PromptEncoding` builds its `Chat` on the same tokenizer), so
+    `validate` refuses what the run would refuse, with the same message."""
+    Chat(through_transformers(path, trust_remote_code).hf, system, path)
+
+
 class Chat:
     """Renders rows' prompts through a transformers tokenizer's chat template."""
 
@@ -70,12 +78,21 @@ class Chat:
         try:
             self.apply([PROBE])
         except Exception as exc:  # the template's own raise_exception, or a Jinja error
-            key = "system" if system is not None else "chat"
-            raise ModelError(
-                f"[generate].{key}: {source}'s chat template refuses "
-                + ("a system message then " if system is not None else "")
-                + f"one user turn: {exc}"
-            ) from exc
+            raise self.refusal(exc, source) from exc
+
+    def refusal(self, exc: Exception, source: Path) -> ModelError:
+        """Why the probe conversation does not render, blaming the system message only when
+        the template takes the user turn alone (a broken template is the template's fault)."""
+        if self.system is not None:
+            try:
+                Chat(self.tokenizer, None, source)
+            except ModelError as alone:
+                return alone
+            return ModelError(
+                f"[generate].system: {source}'s chat template refuses a system message then "
+                f"one user turn: {exc}"
+            )
+        return ModelError(f"[generate].chat: {source}'s chat template refuses one user turn: {exc}")
 
     def conversation(self, text: str) -> list[dict[str, str]]:
         """The messages of one row: the system message, if any, then the row's prompt."""

@@ -78,7 +78,13 @@ def preflight(job: Job) -> list[str]:
         facts.append(f"input: {len(shards)} shard(s), {rows:,} rows")
     try:
         path = locate(job.model)
-        check_model(job.model.task, path, options=job.task, allow_pickle=job.model.allow_pickle)
+        check_model(
+            job.model.task,
+            path,
+            options=job.task,
+            allow_pickle=job.model.allow_pickle,
+            trust_remote_code=job.model.trust_remote_code,
+        )
         if job.model.long_text == "chunk" and generates(job.model, path):
             raise ModelError(
                 f'[model].long_text: "chunk" windows the texts of an encoder; {path} generates'
