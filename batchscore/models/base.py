@@ -79,11 +79,6 @@ class Adapter:
         check_model_files(path, allow_pickle)
 
     @classmethod
-    def check_tokenizer(cls, path: Path, options: Any, *, trust_remote_code: bool) -> None:
-        """Check what the model's tokenizer alone decides, as loading it for a run would (after
-        `check_files`, still without weights); a plain model folder has nothing to check."""
-
-    @classmethod
     def fingerprint_parts(cls, model: ModelConfig, path: Path, options: Any) -> dict[str, Any]:
         """What decides the output besides the model's files and the job's keys; each part only
         when it is there, so outputs made before batchscore read it still resume."""

@@ -19,7 +19,6 @@ import numpy as np
 
 from batchscore.errors import ModelError
 from batchscore.models.text import TextEncoder, Tokens
-from batchscore.models.tokenizer import through_transformers
 from batchscore.work.units import Encoded
 
 # Where transformers' tokenizer finds a folder's templates: the default one in its own file, or
@@ -54,13 +53,6 @@ def no_template(source: Path) -> ModelError:
         f"{TEMPLATE_FILE}); set chat = false and write the model's prompt format in "
         "[generate].prompt"
     )
-
-
-def check_chat(path: Path, system: str | None, trust_remote_code: bool) -> None:
-    """Load the folder's tokenizer and render `Chat`'s probe conversation, exactly as loading
-    the model for a run does (`PromptEncoding` builds its `Chat` on the same tokenizer), so
-    `validate` refuses what the run would refuse, with the same message."""
-    Chat(through_transformers(path, trust_remote_code).hf, system, path)
 
 
 class Chat:

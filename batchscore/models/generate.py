@@ -22,7 +22,7 @@ from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, Qu
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, fields
-from batchscore.models.chat import Chat, check_chat, has_chat_template, no_template
+from batchscore.models.chat import Chat, has_chat_template, no_template
 from batchscore.models.decode import (
     Decoding,
     Picker,
@@ -256,14 +256,6 @@ class GenerateTask(Adapter):
         super().check_files(path, options, allow_pickle=allow_pickle)
         if getattr(options, "chat", False) and not has_chat_template(path):
             raise no_template(path)
-
-    @classmethod
-    def check_tokenizer(cls, path: Path, options: Any, *, trust_remote_code: bool) -> None:
-        """A chat template renders the probe conversation, system turn included, as the run's
-        load will render it: a template that refuses a system message (Gemma's, Mistral's)
-        is refused by `validate` too, not first by `run`."""
-        if getattr(options, "chat", False):
-            check_chat(path, options.system, trust_remote_code)
 
     def __init__(
         self,
