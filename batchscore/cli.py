@@ -24,6 +24,7 @@ from batchscore.exits import (
     say,
     settings,
     stopping_on_signals,
+    version_option,
 )
 from batchscore.job.load import load_job
 from batchscore.job.sections import Job
@@ -60,7 +61,7 @@ def process_started() -> float | None:
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="batchscore")
+@version_option(__version__)
 def main() -> None:
     """Score every row of Parquet shards with a PyTorch model, resumably.
 

@@ -30,6 +30,7 @@ from batchscore.observe.logs import json_line, setup_logging
 
 log = logging.getLogger("batchscore")
 SETTINGS = "batchscore.logging"  # the key of `Settings` in click's context meta
+FORMATS = ("text", "json")  # --log-format's values
 
 
 @dataclass
@@ -51,8 +52,8 @@ def settings(ctx: click.Context | None = None) -> Settings:
     return ctx.meta.setdefault(SETTINGS, Settings())
 
 
-def json_logs() -> bool:
-    return settings().log_format == "json"
+def json_logs(ctx: click.Context | None = None) -> bool:
+    return settings(ctx).log_format == "json"
 
 
 def remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -83,7 +84,7 @@ def global_options() -> list[click.Option]:
         ),
         click.Option(
             ["--log-format"],
-            type=click.Choice(["text", "json"]),
+            type=click.Choice(FORMATS, case_sensitive=False),
             expose_value=False,
             callback=remember,
             help="Log lines for people (text, the default), or one JSON object per line, "
@@ -116,8 +117,17 @@ def configured(ctx: click.Context) -> None:
 
 
 class JsonUsage:
-    """A usage error (an unknown option, a missing argument) is one JSON log line on stderr
-    when the command line asks for JSON logs, as every other line is; else click's text."""
+    """What click itself writes is one JSON object a line when the command line asks for JSON
+    logs, as every other line is (else click's text): a usage error (an unknown option or
+    command, a bad value, a missing argument) is one error line on stderr, and help one
+    object on stdout. JSON is asked for by ``--log-format json`` anywhere on the line, so it
+    is known before click parses a thing: help and the first parse error come before the
+    option's own turn."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if asked := asked_format(args):  # the last one given counts, as click takes it
+            settings(ctx).log_format = asked
+        return super().parse_args(ctx, args)  # type: ignore[misc]
 
     def make_context(
         self,
@@ -126,15 +136,63 @@ class JsonUsage:
         parent: click.Context | None = None,
         **extra: Any,
     ) -> click.Context:
-        given = list(args)  # click's parser consumes the list it is given
+        asked = asked_format(args) == "json"  # before click's parser consumes the list
         try:
             return super().make_context(info_name, args, parent, **extra)  # type: ignore[misc]
-        except click.UsageError as exc:
-            wanted = asks_for_json(given) or (parent is not None and json_logs())
-            if not wanted:
-                raise
-            click.echo(usage_error_line(exc, exc.ctx), err=True)
-            raise click.exceptions.Exit(exc.exit_code) from None
+        except click.ClickException as exc:
+            raise as_json(exc, getattr(exc, "ctx", None) or parent, asked) from None
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        """The help option, whose help is one JSON object under JSON logs."""
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.callback = show_help
+        return option
+
+
+def show_help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """-h and --help: the help as click writes it, or under JSON logs one object whose
+    ``message`` is its first line and ``help`` the whole text."""
+    if not value or ctx.resilient_parsing:
+        return
+    text = ctx.get_help()
+    if json_logs(ctx):
+        say(text, event="help", help=text)
+    else:
+        click.echo(text, color=ctx.color)
+    ctx.exit()
+
+
+def version_option(version: str) -> Callable[[Any], Any]:
+    """--version: ``batchscore, version X``, or under JSON logs one object carrying it."""
+
+    def show(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if not value or ctx.resilient_parsing:
+            return
+        text = f"batchscore, version {version}"
+        if json_logs(ctx):
+            say(text, event="version", version=version)
+        else:
+            click.echo(text, color=ctx.color)
+        ctx.exit()
+
+    return click.option(
+        "--version",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=show,
+        help="Show the version and exit.",
+    )
+
+
+def as_json(exc: click.ClickException, ctx: click.Context | None, asked: bool = False) -> Exception:
+    """``exc`` for click to show, or under JSON logs (``asked`` on the command line, or set
+    up in ``ctx``) written here as one JSON error line, leaving an `Exit` with its status."""
+    if not asked and (ctx is None or not json_logs(ctx)):
+        return exc
+    click.echo(usage_error_line(exc, ctx), err=True)
+    return click.exceptions.Exit(exc.exit_code)
 
 
 class Command(JsonUsage, click.Command):
@@ -157,6 +215,13 @@ class Group(JsonUsage, click.Group):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.params.extend(global_options())
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """The command named (a name it does not know, or none, is a usage error here)."""
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            raise as_json(exc, getattr(exc, "ctx", None) or ctx) from None
 
 
 def say(text: str, *, event: str, message: str | None = None, **fields: Any) -> None:
@@ -214,21 +279,24 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def asks_for_json(args: list[str]) -> bool:
-    """Whether a command line asks for JSON logs, before click has parsed it."""
+def asked_format(args: list[str]) -> str | None:
+    """The log format a command line asks for, before click has parsed it: the last of its
+    ``--log-format`` values that is one (in any case), up to a ``--``; None where none is."""
+    asked = None
     for i, arg in enumerate(args):
         if arg == "--":
             break
-        if arg == "--log-format=json" or (
-            arg == "--log-format" and args[i + 1 : i + 2] == ["json"]
-        ):
-            return True
-    return False
+        value = arg.partition("=")[2] if arg.startswith("--log-format=") else None
+        if arg == "--log-format" and i + 1 < len(args):
+            value = args[i + 1]
+        if value is not None and value.lower() in FORMATS:
+            asked = value.lower()
+    return asked
 
 
 def usage_error_line(exc: click.ClickException, ctx: click.Context | None) -> str:
     """A usage error (an unknown option, a missing argument) as one JSON log line."""
-    where = f"; see {ctx.command_path} --help" if ctx is not None else ""
+    where = f" Try '{ctx.command_path} --help' for help." if ctx is not None else ""
     return json_line(
         f"{exc.format_message()}{where}",
         level="error",

@@ -70,12 +70,21 @@ class Chat:
         try:
             self.apply([PROBE])
         except Exception as exc:  # the template's own raise_exception, or a Jinja error
-            key = "system" if system is not None else "chat"
-            raise ModelError(
-                f"[generate].{key}: {source}'s chat template refuses "
-                + ("a system message then " if system is not None else "")
-                + f"one user turn: {exc}"
-            ) from exc
+            raise self.refusal(exc, source) from exc
+
+    def refusal(self, exc: Exception, source: Path) -> ModelError:
+        """Why the probe conversation does not render, blaming the system message only when
+        the template takes the user turn alone (a broken template is the template's fault)."""
+        if self.system is not None:
+            try:
+                Chat(self.tokenizer, None, source)
+            except ModelError as alone:
+                return alone
+            return ModelError(
+                f"[generate].system: {source}'s chat template refuses a system message then "
+                f"one user turn: {exc}"
+            )
+        return ModelError(f"[generate].chat: {source}'s chat template refuses one user turn: {exc}")
 
     def conversation(self, text: str) -> list[dict[str, str]]:
         """The messages of one row: the system message, if any, then the row's prompt."""

@@ -1,5 +1,5 @@
 """Preflight: everything about a job that can be checked without loading weights or scoring
-(what `batchscore validate` prints).
+(what `batchscore validate` prints): the model's weight-free part is built as a run builds it.
 
 Every problem is found and reported at once, and the error that carries them has the exit
 status `run` would meet them with, so a scheduler can gate on `validate` as on `run`: the job
@@ -22,7 +22,7 @@ from batchscore.job.runtimes import check_runtime_device
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.locate import locate
-from batchscore.models.tasks import check_model, check_outputs, generates, input_kinds
+from batchscore.models.tasks import check_model, check_outputs, encoding, generates, input_kinds
 from batchscore.output.pending import check_where
 from batchscore.precision.table import check_precision
 from batchscore.runtime.device import resolve_device
@@ -83,6 +83,10 @@ def preflight(job: Job) -> list[str]:
             raise ModelError(
                 f'[model].long_text: "chunk" windows the texts of an encoder; {path} generates'
             )
+        # what a run's load reads before any weights (the tokenizer, the config, the stack; a
+        # chat template renders its probe conversation), built as `plan` and the run build it,
+        # so what the load would refuse is refused here, in its words
+        encoding(path, model=job.model, options=job.task, inp=job.input)
         facts.append(f"model: {job.model.name} at {path}" if job.model.name else f"model: {path}")
     except ModelError as exc:
         model_problems.append(str(exc))

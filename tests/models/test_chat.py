@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig
 from batchscore.models.chat import Chat, has_chat_template
 from batchscore.models.generate import PromptEncoding
 from batchscore.recipes.driver import run_job
+from tests.commands import command, environment
 from tests.conftest import read_output
 from tests.models import tiny
 from tests.models.test_continuous import stream
@@ -336,3 +338,107 @@ def test_score_takes_the_chat_keys_by_name(chat_path, reference, chat_rows):
     expected = [alone(model, templated(hf, text, SYSTEM), 8) for text in rows]
     texts = [hf.decode(t, skip_special_tokens=True) for t in expected]
     assert out["generated"].to_pylist() == texts
+
+
+# Templates that refuse a system turn, as hub instruction models ship them: Gemma's names the
+# role; Mistral-Instruct v0.1's makes the roles alternate from a user turn, and takes no other
+GEMMA = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"
+)
+MISTRAL = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
+    "{% endfor %}"
+)
+TEMPLATES = {
+    "chatml": tiny.CHATML,
+    "gemma": GEMMA,
+    "mistral": MISTRAL,
+    "refuses every turn": "{{ raise_exception('This model takes no chat') }}",
+    "broken jinja": "{% for message in messages %}{{ message['content'] }",
+}
+
+
+@pytest.fixture(scope="module")
+def template_folders(chat_path, tmp_path_factory) -> dict[str, Path]:
+    """The chat model with each of `TEMPLATES` as its own."""
+    folders = {}
+    for name, template in TEMPLATES.items():
+        folder = tmp_path_factory.mktemp("template") / "model"
+        shutil.copytree(chat_path, folder)
+        tiny.set_chat_template(folder, template)
+        folders[name] = folder
+    return folders
+
+
+def loads(folder: Path, system: str | None) -> str | None:
+    """What loading the chat task for a run says: None when it loads, else its model error."""
+    try:
+        make_task(folder, max_length=200, chat=True, system=system)
+    except ModelError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("system", [None, SYSTEM])
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_validate_renders_the_probe_conversation_as_run_does(
+    tmp_path, shards, template_folders, name, system
+):
+    """`validate` and `run` agree on every template, with and without a system message: where
+    the run's model load refuses the template (exit 4), `validate` exits 4 with the same
+    message, naming the model and what the template said; where it loads, `validate` passes."""
+    folder = template_folders[name]
+    job = generate_job(
+        tmp_path, folder, chat=True, **({} if system is None else {"system": system})
+    )
+    result = CliRunner().invoke(main, ["validate", str(job)], catch_exceptions=False)
+    refusal = loads(folder, system)
+    if refusal is None:
+        assert result.exit_code == 0, result.output
+    else:
+        assert result.exit_code == 4, result.output
+        assert refusal in result.stderr and str(folder) in refusal
+    expected_refusals = {
+        ("gemma", SYSTEM): "System role not supported",
+        ("mistral", SYSTEM): "Conversation roles must alternate",
+        ("refuses every turn", None): "This model takes no chat",
+        ("refuses every turn", SYSTEM): "This model takes no chat",
+    }
+    if (name, system) in expected_refusals:
+        assert expected_refusals[name, system] in result.stderr
+    elif name != "broken jinja":
+        assert result.exit_code == 0, result.output
+    else:
+        assert result.exit_code == 4 and "[generate].chat" in result.stderr
+
+
+def test_validate_refuses_a_system_turn_a_gemma_template_refuses(
+    tmp_path, shards, template_folders
+):
+    """The black-box case, in a real process: `validate` exits 4 naming the model, the key and
+    the template's own message, as `run` would, before any weights load."""
+    folder = template_folders["gemma"]
+    job = generate_job(tmp_path, folder, chat=True, system=SYSTEM)
+    out = subprocess.run(
+        command(job, verb="validate"),
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 4, out.stderr
+    assert "[generate].system" in out.stderr and str(folder) in out.stderr
+    assert "System role not supported" in out.stderr and "Traceback" not in out.stderr

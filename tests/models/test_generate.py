@@ -253,3 +253,32 @@ def test_generate_keys_are_checked_when_the_job_loads(tmp_path, gpt2_path):
         load_job(generate_job(tmp_path, gpt2_path), ["batching.max_tokens=50"])
     with pytest.raises(JobError, match=r"\[generate\].top_p: must be at most 1.0"):
         load_job(generate_job(tmp_path, gpt2_path, top_p=1.5))
+
+
+@pytest.mark.parametrize(
+    "model, task, sets, said",
+    [
+        ("gpt2_path", "generate", ["model.max_length=252"], "256 positions, too few"),
+        ("minilm_path", "generate", [], "not a text-generation model"),
+        ("minilm_path", "summarize", ['summarize.prompt="{text}"'], "reads no prompt"),
+    ],
+)
+def test_validate_refuses_what_the_runs_model_load_refuses(
+    tmp_path, shards, request, model, task, sets, said
+):
+    """What a run's load refuses from the tokenizer and config alone (a window the model's
+    positions cannot hold with the tokens to generate; an encoder asked to generate or read a
+    prompt), `validate` refuses too, with the run's exit status (4) and its words, before any
+    weights load; before, `validate` said ok and `run` exited 4."""
+    from click.testing import CliRunner
+
+    from batchscore.cli import main
+
+    path = request.getfixturevalue(model)
+    job = generate_job(tmp_path, path, task)
+    overrides = [a for s in sets for a in ("--set", s)]
+    checked = CliRunner().invoke(main, ["validate", str(job), *overrides])
+    ran = CliRunner().invoke(main, ["run", str(job), "--progress", "off", *overrides])
+    assert checked.exit_code == ran.exit_code == 4, (checked.output, ran.output)
+    assert said in checked.stderr and said in ran.stderr
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.parquet"))
