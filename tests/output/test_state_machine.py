@@ -225,13 +225,15 @@ class OutputFolder(RuleBasedStateMachine):
         """The current shards whose output was whole at the last full run."""
         return sorted(n for n in self.shards if str((self.inputs / n).resolve()) in self.whole)
 
-    @precondition(lambda self: self.whole_shards())
+    @precondition(lambda self: self.shards)
     @rule(data=st.data(), to=st.sampled_from([None, *NAMES]), move=st.integers(1, 6))
     def kill_while_a_left_shard_moves(self, data: st.DataObject, to: str | None, move: int):
-        """A shard with whole output removed (``to`` None) or renamed, then a run SIGKILLed
-        after its n-th move of the shard's files to gone/ (it ends well when there are fewer
-        to move): the output lies partly in the data files, partly under gone/, until the
-        next start finishes the move."""
+        """A shard with whole output (after a run, where none has) removed (``to`` None) or
+        renamed, then a run SIGKILLed after its n-th move of the shard's files to gone/ (it
+        ends well when there are fewer to move): the output lies partly in the data files,
+        partly under gone/, until the next start finishes the move."""
+        if not self.whole_shards():
+            self.run()
         name = data.draw(st.sampled_from(self.whole_shards()))
         if to is None and len(self.shards) > 1:  # the last one stays: no input is a job error
             self.remove(name)
