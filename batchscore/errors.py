@@ -73,15 +73,17 @@ class WriteError(BatchscoreError):
     exit_code = 6
 
 
-def write_error(path: Path | str, exc: OSError) -> WriteError:
-    """A `WriteError` that says what failed and what the user can do about it."""
+def write_error(path: Path | str, exc: OSError, *, doing: str = "write") -> WriteError:
+    """A `WriteError` that says what failed (``doing``: write, remove, move) and what the user
+    can do about it."""
     hint = {
         errno.ENOSPC: "the disk is full; free space and run again",
         errno.EDQUOT: "the disk quota is exceeded; free space and run again",
         errno.EACCES: "permission denied; check the output folder's permissions",
+        errno.EPERM: "not permitted; check the file's owner and attributes (lsattr: immutable?)",
         errno.EROFS: "the file system is read-only",
     }.get(exc.errno or 0, "run again once the cause is fixed")
-    return WriteError(f"{path}: cannot write: {exc.strerror or exc}; {hint}")
+    return WriteError(f"{path}: cannot {doing}: {exc.strerror or exc}; {hint}")
 
 
 class QualityGateError(BatchscoreError):

@@ -34,6 +34,8 @@ POINTS = (
     "model-batch",  # before each model call
     "retire-move",  # after each file a retirement moves out of the data files (see output.retire)
     "restart-unrecorded",  # --restart: commit records removed, data files not yet
+    "remove",  # before each file batchscore deletes (see output.checkpoint.Checkpoint.remove)
+    "restart-remove",  # --restart: before each file it removes, once the records are gone
 )
 ERRORS = {"enospc": errno.ENOSPC, "eacces": errno.EACCES, "eio": errno.EIO}
 

@@ -13,12 +13,19 @@ files are fsynced together, one intent names them all, one folder fsync publishe
 their records (still one file per chunk) are made durable together.
 - ``job.json``: the job that claimed the folder with its first commit (see `claim`).
 
+Every step that deletes or moves a file here (`remove`, `move`: un-committing a chunk, the
+clean-up after a crash, a shard's retirement to ``gone/``, a ``--restart``) first removes
+the folder's `_SUCCESS` (`drop_success`), durably: a folder changed halfway (then killed,
+or stopped by an error) never says it is complete. Only names batchscore gives its files are
+ever deleted (`batchscore.storage.layout.own_names`); anything else in its folders is kept.
+
 Every file operation goes through the output's `Store`, so the same protocol holds in a local
 folder (rename) and in an object store (whole-object upload).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -45,6 +52,9 @@ from batchscore.storage.layout import (
     SUCCESS,
     WRITING,
     intent_name,
+    is_own_name,
+    own_names,
+    part_name,
     record_name,
     rejected_name,
 )
@@ -81,6 +91,7 @@ class Checkpoint:
         self.tmp_dir = self.store.staging
         self.lock_path = self.store.lock_path
         self.damaged: dict[str, str] = {}  # bookkeeping file -> why, found by the last reads
+        self.unmarked = False  # `_SUCCESS` is removed (see `drop_success`) and not written since
 
     def prepare(self) -> None:
         """Create the bookkeeping folders a run writes into."""
@@ -102,7 +113,9 @@ class Checkpoint:
 
     def claimed(self) -> bool:
         """Whether anything was ever committed here (or was being published)."""
-        return bool(self.store.names(DONE) or self.store.names(WRITING))
+        return bool(
+            own_names(DONE, self.store.names(DONE)) or own_names(WRITING, self.store.names(WRITING))
+        )
 
     def settled(self) -> Decision | None:
         """What an earlier run measured and chose (precision, budget, agreement), if any;
@@ -142,7 +155,7 @@ class Checkpoint:
         which prove nothing); their chunks are scored again. Returns what was removed."""
         dropped = [rel for rel in self.damaged if rel.startswith((DONE, WRITING))]
         for rel in dropped:
-            self.store.delete(rel)
+            self.remove(rel)
             self.damaged.pop(rel)
         return [self.store.where(rel) for rel in dropped]
 
@@ -168,37 +181,46 @@ class Checkpoint:
                 raise write_error(self.store.where(next(iter(files))), exc) from exc
             self.write_many(files)
         except WriteError:
-            for rel, record in files.items():
-                self.store.delete(rel)
-                self.store.delete(record["file"])
+            for rel, record in files.items():  # as far as it can: the first error is the one
+                for each in (rel, record["file"]):
+                    with contextlib.suppress(WriteError):
+                        self.remove(each)
             raise
         for _ in records:
             faults.hit("after-record")
-        self.store.delete(intent_name(records[0]["chunk"]))
+        self.remove(intent_name(records[0]["chunk"]))
 
     def forget(self, key: str, record: dict[str, Any]) -> None:
         """Un-commit a chunk: drop its record first, so a crash in between leaves only an
-        unrecorded file, then the files the record names (batchscore's by the record)."""
-        self.store.delete(record_name(key))
-        self.store.barrier(DONE)
-        self.store.delete(record["file"])
-        self.store.delete(rejected_name(key))
+        unrecorded file, then the files the record names (batchscore's by the record, and
+        only at the chunk's own name: a record edited to name another file removes nothing)."""
+        self.remove(record_name(key))
+        self.barrier(DONE)
+        if record["file"] == part_name(key):
+            self.remove(record["file"])
+        self.remove(rejected_name(key))
 
     def sweep(self) -> list[str]:
         """Clean up after an interrupted run; return what was removed.
 
-        A data file an intent names is the crashed attempt's only while it is what the intent
-        says (same size and footer); anything else at that name is left alone.
+        A data file an intent names is the crashed attempt's only while it is the chunk's own
+        name and what the intent says (same size and footer); anything else is left alone.
+        Staged files (under ``tmp/``) are no reader's: removing them leaves `_SUCCESS`.
         """
         garbage = []
         committed = set(self.store.names(DONE))
         for rel, intents in self.intent_files():
             for intent in intents:
-                key = intent["chunk"]
-                if f"{key}.json" not in committed and problem(self.store, intent) is None:
-                    self.store.delete(intent["file"])
-                    garbage.append(self.store.where(intent["file"]))
-            self.store.delete(rel)
+                key, file = intent["chunk"], intent["file"]
+                if (
+                    f"{key}.json" not in committed
+                    and is_own_name(DONE, f"{key}.json")
+                    and file == part_name(key)
+                    and problem(self.store, intent) is None
+                ):
+                    self.remove(file)
+                    garbage.append(self.store.where(file))
+            self.remove(rel)
         return garbage + empty_folder(self.tmp_dir)  # never through a link: see `empty_folder`
 
     def success(self) -> str | None:
@@ -206,15 +228,59 @@ class Checkpoint:
         return self.store.read_text(SUCCESS)
 
     def drop_success(self) -> None:
-        """Remove `_SUCCESS` if batchscore wrote it (another writer's is left alone)."""
+        """Remove `_SUCCESS` if batchscore wrote it (another writer's is left alone), durably,
+        before anything of the folder is deleted or moved; once, until `mark_success`. A
+        failure is a `WriteError` naming it (and nothing after it is removed)."""
+        if self.unmarked:
+            return
         if is_ours(self.success()):
-            self.store.delete(SUCCESS)
+            try:
+                self.store.delete(SUCCESS)
+                self.store.barrier("")
+            except OSError as exc:
+                raise write_error(self.store.where(SUCCESS), exc, doing="remove") from exc
+        self.unmarked = True
+
+    def mark_success(self, text: str) -> None:
+        """Write `_SUCCESS` (every input row is committed; see `batchscore.output.verdict`)."""
+        self.store.write_text(SUCCESS, text)
+        self.unmarked = False
+
+    def remove(self, rel: str, *, fault: str = "remove") -> None:
+        """Delete a file batchscore wrote, `_SUCCESS` first (`drop_success`); a missing one is
+        fine, a failure a `WriteError` naming the file. ``fault``: the tests' fault point."""
+        self.drop_success()
+        try:
+            faults.hit(fault)
+            self.store.delete(rel)
+        except OSError as exc:
+            raise write_error(self.store.where(rel), exc, doing="remove") from exc
+
+    def move(self, rel: str, to: str) -> None:
+        """Move a file batchscore wrote to ``to`` (`Store.move`), `_SUCCESS` first; a failure
+        is a `WriteError` naming the file."""
+        self.drop_success()
+        try:
+            self.store.move(rel, to)
+        except OSError as exc:
+            raise write_error(self.store.where(rel), exc, doing="move") from exc
+
+    def barrier(self, folder: str) -> None:
+        """Make the deletions and moves in ``folder`` durable (`Store.barrier`); a failure is
+        a `WriteError` naming the folder."""
+        try:
+            self.store.barrier(folder)
+        except OSError as exc:
+            raise write_error(self.store.where(folder), exc, doing="sync") from exc
 
     def save_report(self, rel: str, report: dict[str, Any]) -> None:
         """Keep a run's report (``rel``: its `storage.layout.report_name`); prune the oldest beyond
-        `MAX_REPORTS`, so a job re-run from cron for years keeps a bounded folder."""
+        `MAX_REPORTS`, so a job re-run from cron for years keeps a bounded folder. Reports are
+        the folder's history, not its output: pruning them leaves `_SUCCESS` (a run that just
+        completed writes its report after it), and only reports named as batchscore names
+        them are pruned."""
         self.write_json(rel, report)
-        names = sorted(fnmatch.filter(self.store.names(RUNS), "*.json"))
+        names = sorted(own_names(RUNS, self.store.names(RUNS)))
         for name in names[: max(len(names) - MAX_REPORTS, 0)]:
             self.store.delete(f"{RUNS}/{name}")
 
@@ -250,9 +316,10 @@ class Checkpoint:
     def read_all(
         self, folder: str, keys: tuple[str, ...], *, with_names: bool = False
     ) -> list[Any]:
-        """Every readable record in ``folder`` (with its name: ``(rel, record)``), read by a
-        few threads at once; damaged ones are noted in `damaged` and left out."""
-        rels = [f"{folder}/{name}" for name in fnmatch.filter(self.store.names(folder), "*.json")]
+        """Every readable record in ``folder`` (`DONE`, `WRITING`; with its name: ``(rel,
+        record)``), read by a few threads at once; damaged ones are noted in `damaged` and
+        left out. A file not named as batchscore names its records there is not read."""
+        rels = [f"{folder}/{name}" for name in own_names(folder, self.store.names(folder))]
         with ThreadPoolExecutor(max_workers=READERS) as pool:
             texts = list(pool.map(self.store.read_text, rels))
         records = []

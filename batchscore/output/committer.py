@@ -161,7 +161,7 @@ class Committer:
         self.ckpt.intend([intent(s.chunk, s.facts) for s in group])
         for staged in group:
             staged.writer.publish(durable=False)
-        self.ckpt.store.barrier("")  # every rename above made durable by one folder sync
+        self.ckpt.barrier("")  # every rename above made durable by one folder sync
         bad = {}
         for staged in group:
             bad[staged.chunk.key] = sum(t.num_rows for t in staged.rejected)

@@ -250,7 +250,7 @@ def check_room(ckpt: Checkpoint, chunks: list[Chunk], fingerprint: str) -> None:
             footer.get("batchscore.fingerprint") == fingerprint
         ):
             log.info("removed %s: an unrecorded attempt of this job", ckpt.store.where(name))
-            ckpt.store.delete(name)
+            ckpt.remove(name)  # `_SUCCESS` first: see `Checkpoint.remove`
         else:
             raise OutputConflictError(
                 f"{ckpt.store.where(part_name(chunk.key))}: a file batchscore did not write is "

@@ -8,13 +8,16 @@ list behind, and the next start, whatever it was asked to do, finishes it before
 anything else, so a folder is never left half cleared with batchscore's own files blocking
 every later run. Files batchscore did not write are never listed: a data file is listed when a
 commit record names it, or when its footer says batchscore wrote it for the chunk its name
-says (a crashed attempt, or one a restart of an older version left); `_SUCCESS` is removed
-only when batchscore wrote it. Run reports stay: they are the folder's history.
+says (a crashed attempt, or one a restart of an older version left); in its own folders,
+only files named as batchscore names them (a rejected-rows list, a retirement's plan and
+what it kept), never every file there. `_SUCCESS` goes first (only when batchscore wrote
+it), before the list is written: a folder half cleared never says it is complete. A file that
+cannot be removed stops the restart with a `WriteError` naming it (exit 6); the list stays,
+and the next start finishes it. Run reports stay: they are the folder's history.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 from typing import Any
 
@@ -30,6 +33,8 @@ from batchscore.storage.layout import (
     REJECTED,
     RESTART,
     SETTLED,
+    is_own_file,
+    own_names,
     part_key,
     part_name,
 )
@@ -39,6 +44,7 @@ log = logging.getLogger("batchscore")
 
 def start_over(ckpt: Checkpoint) -> None:
     """List what batchscore wrote here, then remove it (see the module's note)."""
+    ckpt.drop_success()
     ckpt.sweep()
     plan = listing(ckpt)
     ckpt.write_json(RESTART, plan)
@@ -50,6 +56,8 @@ def finish_restart(ckpt: Checkpoint, *, restarting: bool) -> None:
     nothing: a new ``--restart`` lists the folder again, any other run stops (exit 10)."""
     try:
         plan = ckpt.read_json(RESTART, ("records", "files"))
+        if plan is not None:
+            check_listing(ckpt, plan)
     except Damaged as exc:
         if restarting:
             log.warning("%s; the folder is listed again", exc)
@@ -63,6 +71,17 @@ def finish_restart(ckpt: Checkpoint, *, restarting: bool) -> None:
         carry_out(ckpt, plan)
 
 
+def check_listing(ckpt: Checkpoint, plan: dict[str, Any]) -> None:
+    """`Damaged` unless the list names only files batchscore writes (`is_own_file`): an edited
+    or planted list removes nothing."""
+    records, files = plan["records"], plan["files"]
+    if not isinstance(records, list) or not isinstance(files, list):
+        raise Damaged(ckpt.store.where(RESTART), "its records or files are not lists")
+    for rel, folder in [(r, f"{DONE}/") for r in records] + [(f, "") for f in files]:
+        if not (isinstance(rel, str) and rel.startswith(folder) and is_own_file(rel)):
+            raise Damaged(ckpt.store.where(RESTART), f"it lists {rel!r}: no file batchscore writes")
+
+
 def listing(ckpt: Checkpoint) -> dict[str, Any]:
     """Every file batchscore wrote here that a restart removes, the records apart."""
     store = ckpt.store
@@ -71,24 +90,26 @@ def listing(ckpt: Checkpoint) -> dict[str, Any]:
         key = part_key(name)
         if key is not None and written_for(store, name).get("batchscore.chunk") == key:
             files.append(name)  # a crashed attempt's, or named by a record too damaged to read
-    files += [f"{REJECTED}/{name}" for name in store.names(REJECTED)]
+    files += [f"{REJECTED}/{name}" for name in own_names(REJECTED, store.names(REJECTED))]
     for rel, plan in retirements(ckpt):
         files += [target for _, target in plan["moves"]] + [rel]
-    files += [f"{GONE}/{name}" for name in fnmatch.filter(store.names(GONE), "*.json")]
-    records = sorted(f"{DONE}/{name}" for name in store.names(DONE))
-    return {"records": records, "files": [*dict.fromkeys(files), SETTLED, JOB]}
+    files += [f"{GONE}/{name}" for name in own_names(GONE, store.names(GONE))]
+    records = sorted(f"{DONE}/{name}" for name in own_names(DONE, store.names(DONE)))
+    files = [rel for rel in dict.fromkeys(files) if is_own_file(rel)]  # a record's odd name
+    return {"records": records, "files": [*files, SETTLED, JOB]}
 
 
 def carry_out(ckpt: Checkpoint, plan: dict[str, Any]) -> None:
-    """Remove what ``plan`` lists that is still there, records first, then the list itself."""
-    store = ckpt.store
+    """Remove what ``plan`` lists that is still there: `_SUCCESS` first, then the records,
+    then the files, then the list itself. A file that cannot be removed is a `WriteError`
+    naming it, and the list stays for the next start."""
+    ckpt.drop_success()
     for rel in plan["records"]:
-        store.delete(rel)
-    store.barrier(DONE)
+        ckpt.remove(rel)
+    ckpt.barrier(DONE)
     faults.hit("restart-unrecorded")
     for rel in plan["files"]:
-        store.delete(rel)
-    ckpt.drop_success()
+        ckpt.remove(rel, fault="restart-remove")
     ckpt.damaged.clear()
-    store.barrier("")
-    store.delete(RESTART)
+    ckpt.barrier("")
+    ckpt.remove(RESTART)

@@ -12,12 +12,15 @@ made durable and the plan says "kept". A run killed anywhere leaves each file in
 or its new one (in an object store, for a moment, in both: the glob still sees the old one
 only), and the next start finishes the plan before it reads a record. Only files a commit
 record names move (or, for a record too damaged to read, a file whose footer says this job
-wrote it for that chunk): a file batchscore did not write is never touched.
+wrote it for that chunk): a file batchscore did not write is never touched. A plan lists only
+batchscore's own names (a chunk's data file, rejected rows, commit record, each to its place
+in the retirement's folder); one that lists anything else was not written by batchscore and is
+skipped, so an edited or planted plan moves nothing. `_SUCCESS` goes before the plan is
+written: a folder whose move is half done never says it is complete.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import time
@@ -31,7 +34,9 @@ from batchscore.storage.layout import (
     DONE,
     GONE,
     REJECTED,
+    is_kept_move,
     kept_name,
+    own_names,
     part_name,
     record_name,
     rejected_name,
@@ -46,18 +51,37 @@ EMPTY = {"chunks_done": 0, "rows_done": 0, "rows_written": 0, "bad_rows": 0}
 
 
 def retirements(ckpt: Checkpoint) -> list[tuple[str, dict[str, Any]]]:
-    """Every readable retirement plan with its name, oldest first (a damaged one is skipped
-    with a warning: what it moved is still in its folder)."""
+    """Every readable retirement plan with its name, oldest first (a damaged one, or one that
+    lists a move batchscore never plans, is skipped with a warning: what it moved is still in
+    its folder)."""
     found = []
-    for name in sorted(fnmatch.filter(ckpt.store.names(GONE), "*.json")):
+    for name in sorted(own_names(GONE, ckpt.store.names(GONE))):
+        rel = f"{GONE}/{name}"
         try:
-            plan = ckpt.read_json(f"{GONE}/{name}", PLAN_KEYS)
+            plan = ckpt.read_json(rel, PLAN_KEYS)
+            if plan is not None:
+                check_moves(ckpt, rel, plan)
         except Damaged as exc:
             log.warning("%s; skipped", exc)
             continue
         if plan is not None:
-            found.append((f"{GONE}/{name}", plan))
+            found.append((rel, plan))
     return found
+
+
+def check_moves(ckpt: Checkpoint, rel: str, plan: dict[str, Any]) -> None:
+    """`Damaged` unless every move of ``plan`` is one a retirement plans (`is_kept_move`)."""
+    moves = plan["moves"]
+    if not isinstance(moves, list) or not isinstance(plan["shards"], list):
+        raise Damaged(ckpt.store.where(rel), "its moves or shards are not lists")
+    for move in moves:
+        if not (
+            isinstance(move, list)
+            and len(move) == 2
+            and all(isinstance(m, str) for m in move)
+            and is_kept_move(rel, *move)
+        ):
+            raise Damaged(ckpt.store.where(rel), f"it lists a move batchscore never makes: {move}")
 
 
 def finish_retiring(ckpt: Checkpoint) -> list[dict[str, Any]]:
@@ -100,6 +124,7 @@ def retire(
     rel = retirement_name(time.time(), os.getpid())
     targets = [[move, kept_name(rel, move)] for move in moves]
     plan = {"state": MOVING, "shards": summary(gone), "moves": targets}
+    ckpt.drop_success()  # from here until every move is made, the folder is not complete
     ckpt.write_json(rel, plan)
     carry_out(ckpt, rel, plan)
     for key in gone:
@@ -121,14 +146,16 @@ def kept(ckpt: Checkpoint, rel: str, plan: dict[str, Any]) -> list[dict[str, Any
 
 
 def carry_out(ckpt: Checkpoint, rel: str, plan: dict[str, Any]) -> None:
-    """Make every move of ``plan`` that is not made yet, durably, then record it as kept."""
-    store = ckpt.store
+    """Make every move of ``plan`` that is not made yet, durably, then record it as kept
+    (`_SUCCESS` removed first; a move that fails is a `WriteError` naming the file, and the
+    next start finishes the plan)."""
+    ckpt.drop_success()
     for source, target in plan["moves"]:
-        if store.size(source) is not None:
-            store.move(source, target)
+        if ckpt.store.size(source) is not None:
+            ckpt.move(source, target)
             faults.hit("retire-move")
     for folder in ("", DONE, REJECTED, GONE, rel.removesuffix(".json")):
-        store.barrier(folder)
+        ckpt.barrier(folder)
     ckpt.write_json(rel, {**plan, "state": KEPT})
 
 

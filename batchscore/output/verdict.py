@@ -16,7 +16,7 @@ from pathlib import Path
 from batchscore.errors import BadRowsError
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.manifest import is_ours, success_text
-from batchscore.storage.layout import REJECTED, SUCCESS
+from batchscore.storage.layout import REJECTED
 
 log = logging.getLogger("batchscore")
 
@@ -45,4 +45,4 @@ def mark_complete(ckpt: Checkpoint, job_name: str) -> None:
         log.warning("%s: a _SUCCESS batchscore did not write is there; left as it is", ckpt.output)
     elif present is None:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        ckpt.store.write_text(SUCCESS, success_text(job_name, when))
+        ckpt.mark_success(success_text(job_name, when))

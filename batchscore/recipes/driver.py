@@ -132,7 +132,12 @@ def run_job(
 
 
 def find_pending(job: Job, ckpt: Checkpoint, run: Run, *, fingerprint: str) -> Pending:
-    """Clean up after an interrupted run, then find the chunks still to score."""
+    """Clean up after an interrupted run, then find the chunks still to score.
+
+    Every step on the way that deletes or moves a file (the clean-up, a shard's retirement,
+    un-committing a chunk) removes `_SUCCESS` before it starts (see `Checkpoint.remove`); a
+    run with nothing to delete and nothing to score leaves it, and one with work removes it
+    before it scores, as it adds rows to the data files."""
     ckpt.prepare()
     for garbage in ckpt.sweep():
         log.info("removed %s, left by an interrupted run", garbage)

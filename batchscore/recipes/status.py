@@ -20,7 +20,7 @@ from batchscore.models.locate import locate
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
 from batchscore.output.manifest import problems
-from batchscore.output.retire import retirements
+from batchscore.output.retire import MOVING, retirements
 from batchscore.storage.layout import GONE, shard_of
 from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import chunks_of
@@ -74,6 +74,7 @@ def job_status(job: Job) -> dict[str, Any]:
     gone = gone_shards(ckpt, committed, damaged, live={s.shard for s in shards}, keys=live)
     current = [s for s in shards if s.state != "gone"]
     refused = judge(ckpt, job)
+    retiring = any(plan["state"] == MOVING for _, plan in retirements(ckpt))
     return {
         "job": job.name,
         "output": job.output.path,
@@ -86,9 +87,11 @@ def job_status(job: Job) -> dict[str, Any]:
         and not ckpt.damaged
         and not any(s.kept is None for s in gone)
         and refused is None
-        and not restarting,
+        and not restarting
+        and not retiring,
         "refused": refused,
         "restarting": restarting,
+        "retiring": retiring,  # a move to gone/ was cut off: the next start finishes it
         "damaged_bookkeeping": sorted(ckpt.damaged.values()),
         "last_run": last,
     }
@@ -190,6 +193,8 @@ def check_complete(status: dict[str, Any], job: str) -> None:
         why.append(f"a run would refuse the folder: {status['refused']}")
     if status["restarting"]:
         why.append("a --restart was cut off")
+    if status["retiring"]:
+        why.append(f"a move to {GONE}/ was cut off")
     why += status["damaged_bookkeeping"]
     raise IncompleteError(
         f"{job}: not complete ({headline(status)}): {'; '.join(why) or 'see status'}"
@@ -225,6 +230,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"{len(gone)} shard(s) no longer input: their output ({rows:,} rows) {where}")
     if status["restarting"]:
         lines.append("a --restart was cut off: the next run finishes it, then scores every row")
+    if status["retiring"]:
+        lines.append(f"a move to {GONE}/ was cut off: the next run finishes it")
     if status["refused"]:
         lines.append(f"not complete for this job: {status['refused']}")
     last = status["last_run"]

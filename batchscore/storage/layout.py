@@ -30,6 +30,20 @@ SUCCESS = "_SUCCESS"  # the Hadoop convention: present when every input row is c
 MAX_REPORTS = 100  # run reports kept; older ones are pruned
 GONE_SUFFIX = ".gone"  # a kept data file's name ends so, out of every `**/*.parquet` glob
 CHUNK_NAME = re.compile(r"part-[0-9a-f]{16}-[0-9]{5,}\.parquet")  # see `part_name`
+# A chunk key (`chunk_key`), or an older version's (its shard's place: "00003-00000"), and a
+# moment (`stamp`): what the names batchscore gives its bookkeeping files are made of. A file
+# in `_batchscore/` whose name is not of its folder's form is someone else's: never deleted.
+KEY = r"(?:[0-9a-f]{16}|[0-9]{5,})-[0-9]{5,}"
+STAMP = r"[0-9]{8}T[0-9]{6}(?:\.[0-9]{6})?Z-[0-9]+"
+DATA_NAME = re.compile(rf"part-{KEY}\.parquet")  # a chunk's data file, this version's or older
+OWN_NAMES = {
+    DONE: re.compile(rf"{KEY}\.json"),  # commit records (`record_name`)
+    WRITING: re.compile(rf"{KEY}\.json"),  # intents (`intent_name`)
+    REJECTED: re.compile(rf"{KEY}\.jsonl|part-{KEY}\.parquet"),  # an older version's, too
+    GONE: re.compile(rf"{STAMP}\.json"),  # retirement plans (`retirement_name`)
+    RUNS: re.compile(rf"{STAMP}\.json"),  # run reports (`report_name`)
+}
+KEPT_NAME = re.compile(rf"{STAMP}/(?:part-{KEY}\.parquet\.gone|{KEY}\.jsonl?)")  # `kept_name`
 # every fixed name: none of them may be a symbolic link (see `batchscore.storage.local`)
 FIXED = (STATE, JOB, DONE, WRITING, RUNS, REJECTED, SETTLED, GONE, RESTART, STAGING, LOCK, SUCCESS)
 
@@ -111,3 +125,40 @@ def kept_name(retirement: str, rel: str) -> str:
     in its own folder, flat, a data file's name ending in `GONE_SUFFIX`."""
     name = rel.rsplit("/", 1)[-1]
     return f"{retirement.removesuffix('.json')}/{name}{GONE_SUFFIX if is_part_name(name) else ''}"
+
+
+def is_own_name(folder: str, name: str) -> bool:
+    """Whether ``name``, in the bookkeeping folder ``folder`` (`DONE`, `WRITING`, `REJECTED`,
+    `GONE`, `RUNS`), has the form batchscore gives the files it writes there."""
+    return OWN_NAMES[folder].fullmatch(name) is not None
+
+
+def own_names(folder: str, names: list[str]) -> list[str]:
+    """Those of ``names`` (files in ``folder``) that batchscore names so (`is_own_name`)."""
+    return [name for name in names if is_own_name(folder, name)]
+
+
+def is_kept_move(retirement: str, source: str, target: str) -> bool:
+    """Whether a retirement plan's move is one batchscore plans (`retirement_name`'s folder):
+    a chunk's data file, rejected rows or commit record, to `kept_name`. A plan that lists
+    anything else was not written by batchscore, and nothing it names is moved or deleted."""
+    folder, _, name = source.rpartition("/")
+    if folder == "":
+        own = DATA_NAME.fullmatch(name) is not None
+    else:
+        own = folder in (DONE, REJECTED) and is_own_name(folder, name)
+    return own and target == kept_name(retirement, source)
+
+
+def is_own_file(rel: str) -> bool:
+    """Whether ``rel`` is a path batchscore gives a file it writes in an output folder (what a
+    ``--restart`` may list for removal): a data file, a bookkeeping file in its folder, a
+    retirement's kept file, the measured settings or the job record."""
+    if rel in (SETTLED, JOB):
+        return True
+    folder, _, name = rel.rpartition("/")
+    if folder == "":
+        return DATA_NAME.fullmatch(name) is not None
+    if folder in OWN_NAMES:
+        return is_own_name(folder, name)
+    return rel.startswith(f"{GONE}/") and KEPT_NAME.fullmatch(rel[len(GONE) + 1 :]) is not None

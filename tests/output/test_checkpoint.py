@@ -9,14 +9,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from batchscore.errors import OutputConflictError
+from batchscore import faults
+from batchscore.errors import OutputConflictError, WriteError
 from batchscore.output.checkpoint import Checkpoint, fingerprint
 from batchscore.output.claim import Identity, check_claim
-from batchscore.output.manifest import facts_of, problem
+from batchscore.output.manifest import facts_of, problem, success_text
 from batchscore.storage.layout import part_name
+from tests.output.tiny import undeletable
 
 PARTS = {"task": "embed", "model": "m", "precision": "fp32"}
 JOB = Identity("job", "jobs/job.toml", ["/data/in"], PARTS)
+A = "a" * 16  # a shard key, as `batchscore.storage.layout.shard_key` makes them
 
 
 def write_part(folder: Path, key: str, rows: int = 1) -> dict:
@@ -45,7 +48,7 @@ def test_fingerprint_is_stable_and_order_free():
 def test_claim_refuses_other_settings_and_other_jobs(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
     check_claim(ckpt, JOB, restart=False)  # unclaimed
-    commit(ckpt, "a-00000")
+    commit(ckpt, f"{A}-00000")
     check_claim(ckpt, JOB, restart=False)  # same job: resumes
     renamed = Identity("renamed", "elsewhere/renamed.toml", JOB.inputs, PARTS)
     check_claim(ckpt, renamed, restart=False)  # a moved or renamed job file is the same job
@@ -67,7 +70,7 @@ def test_nothing_committed_claims_nothing(tmp_path: Path):
 
 def test_restart_removes_batchscores_files_only(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
-    commit(ckpt, "a-00000")
+    commit(ckpt, f"{A}-00000")
     (tmp_path / "part-0.parquet").write_bytes(b"the user's")
     check_claim(ckpt, JOB, restart=True)
     assert ckpt.committed() == {} and ckpt.job() is None and not ckpt.claimed()
@@ -76,35 +79,35 @@ def test_restart_removes_batchscores_files_only(tmp_path: Path):
 
 def test_sweep_removes_a_crashed_publish_and_nothing_else(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
-    commit(ckpt, "a-00000")
-    crashed = write_part(tmp_path, "a-00001")  # published, never recorded
+    commit(ckpt, f"{A}-00000")
+    crashed = write_part(tmp_path, f"{A}-00001")  # published, never recorded
     ckpt.intend([crashed])
-    ckpt.intend([write_part(tmp_path / "_batchscore", "a-00002")])  # intent, never published
-    (tmp_path / part_name("a-00002")).write_bytes(b"not what the intent says")
+    ckpt.intend([write_part(tmp_path / "_batchscore", f"{A}-00002")])  # intent, never published
+    (tmp_path / part_name(f"{A}-00002")).write_bytes(b"not what the intent says")
     (ckpt.tmp_dir / "part-a-00003.parquet.123.tmp").write_bytes(b"half")
     (tmp_path / "part-00000-3f2a.snappy.parquet").write_bytes(b"spark's")
     removed = {Path(p).name for p in ckpt.sweep()}
-    assert removed == {part_name("a-00001"), "part-a-00003.parquet.123.tmp"}
+    assert removed == {part_name(f"{A}-00001"), "part-a-00003.parquet.123.tmp"}
     assert sorted(p.name for p in tmp_path.glob("part-*")) == sorted(
-        [part_name("a-00000"), part_name("a-00002"), "part-00000-3f2a.snappy.parquet"]
+        [part_name(f"{A}-00000"), part_name(f"{A}-00002"), "part-00000-3f2a.snappy.parquet"]
     )
     assert ckpt.intents() == {}
 
 
 def test_forget_drops_the_record_then_the_file(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
-    record = commit(ckpt, "a-00000")
-    ckpt.forget("a-00000", record)
+    record = commit(ckpt, f"{A}-00000")
+    ckpt.forget(f"{A}-00000", record)
     assert ckpt.committed() == {} and list(tmp_path.glob("part-*")) == []
 
 
 def test_a_changed_file_is_told_apart_by_size_and_footer(tmp_path: Path):
     ckpt = Checkpoint(tmp_path)
-    record = commit(ckpt, "a-00000")
+    record = commit(ckpt, f"{A}-00000")
     assert problem(ckpt.store, record) is None
-    write_part(tmp_path, "a-00000", rows=2)
+    write_part(tmp_path, f"{A}-00000", rows=2)
     assert problem(ckpt.store, record).startswith("damaged")
-    (tmp_path / part_name("a-00000")).unlink()
+    (tmp_path / part_name(f"{A}-00000")).unlink()
     assert problem(ckpt.store, record) == "missing"
 
 
@@ -117,3 +120,79 @@ def test_reports_are_pruned_oldest_first(tmp_path: Path, monkeypatch: pytest.Mon
             f"_batchscore/runs/2026010{i}T000000.000000Z-1.json", {"n": i, "outcome": "ok"}
         )
     assert [r["n"] for r in ckpt.reports()] == [4, 3, 2]
+
+
+def complete(ckpt: Checkpoint) -> None:
+    """The folder marked complete, as a finished run marks it."""
+    (Path(ckpt.output) / "_SUCCESS").write_text(success_text("job", "2026-01-01T00:00:00Z"))
+
+
+@pytest.mark.parametrize("step", ["forget", "drop damaged", "sweep"])
+def test_every_removal_drops_success_before_it_starts(tmp_path: Path, step: str):
+    """Un-committing a chunk, dropping a damaged record, clearing a crashed publish: each
+    removes `_SUCCESS` before its first file, so when that file cannot be removed (immutable;
+    where this machine cannot make it so, an I/O error injected at the removal call) the
+    folder no longer says it is complete, and the error is the write error naming the file."""
+    ckpt = Checkpoint(tmp_path)
+    record = commit(ckpt, f"{A}-00000")
+    if step == "drop damaged":
+        (tmp_path / f"_batchscore/done/{A}-00001.json").write_text("{")
+    if step == "sweep":
+        ckpt.intend([write_part(tmp_path, f"{A}-00001")])  # published, never recorded
+    complete(ckpt)
+    ckpt = Checkpoint(tmp_path)  # the next run's
+    ckpt.committed()
+    act, first = {
+        "forget": (lambda: ckpt.forget(f"{A}-00000", record), f"_batchscore/done/{A}-00000.json"),
+        "drop damaged": (ckpt.drop_damaged, f"_batchscore/done/{A}-00001.json"),
+        "sweep": (ckpt.sweep, part_name(f"{A}-00001")),
+    }[step]
+
+    with undeletable(tmp_path / first, "remove@1:eio") as spec, faults.armed(spec):
+        with pytest.raises(WriteError, match=f"{tmp_path / first}: cannot remove"):
+            act()
+        assert (tmp_path / first).exists()
+        assert not (tmp_path / "_SUCCESS").exists()
+
+    act()  # the cause gone, the step finishes
+    assert not (tmp_path / first).exists() and not (tmp_path / "_SUCCESS").exists()
+
+
+def test_another_writers_success_and_files_not_named_as_batchscore_names_them_stay(
+    tmp_path: Path,
+):
+    """Clean-up reads and removes only files named as batchscore names its own: a note in
+    `done/` or `writing/` is neither a damaged record to drop nor an intent to sweep."""
+    ckpt = Checkpoint(tmp_path)
+    commit(ckpt, f"{A}-00000")
+    notes = {"_batchscore/done/notes.json": "{", "_batchscore/writing/todo.json": "{}"}
+    for rel, text in notes.items():
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "_SUCCESS").write_text("")  # another writer's
+    assert set(ckpt.committed()) == {f"{A}-00000"} and ckpt.damaged == {}
+    ckpt.sweep()
+    ckpt.drop_damaged()
+    ckpt.forget(f"{A}-00000", ckpt.committed()[f"{A}-00000"])
+    assert all((tmp_path / rel).read_text() == text for rel, text in notes.items())
+    assert (tmp_path / "_SUCCESS").read_text() == ""
+
+
+def test_only_reports_named_as_batchscore_names_them_are_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr("batchscore.output.checkpoint.MAX_REPORTS", 1)
+    ckpt = Checkpoint(tmp_path)
+    ckpt.prepare()
+    (tmp_path / "_batchscore/runs/0-summary.json").write_text('{"outcome": "mine"}')
+    for i in range(3):
+        ckpt.save_report(f"_batchscore/runs/2026010{i}T000000.000000Z-1.json", {"outcome": "ok"})
+    names = sorted(p.name for p in (tmp_path / "_batchscore/runs").iterdir())
+    assert names == ["0-summary.json", "20260102T000000.000000Z-1.json"]
+
+
+def test_a_record_edited_to_name_another_file_forgets_without_removing_it(tmp_path: Path):
+    ckpt = Checkpoint(tmp_path)
+    record = commit(ckpt, f"{A}-00000")
+    (tmp_path / "notes.txt").write_text("mine")
+    ckpt.forget(f"{A}-00000", {**record, "file": "notes.txt"})
+    assert ckpt.committed() == {} and (tmp_path / "notes.txt").read_text() == "mine"

@@ -18,7 +18,7 @@ from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.fs import filesystem
 from batchscore.storage.layout import chunk_key, part_name, record_name, shard_key
-from tests.commands import run
+from tests.commands import invoke, run
 from tests.output.tiny import glob_ids, kept_ids, tiny_job, write_shard
 
 
@@ -143,3 +143,38 @@ def test_gone_shards_leave_an_object_store_glob_too(bucket: str, tmp_path: Path)
         str(tmp_path / "in/a.parquet")
     ]
     assert status["complete"]
+
+
+@pytest.mark.parametrize(("leaves", "move"), [("renamed", 1), ("renamed", 3), ("removed", 6)])
+def test_success_goes_before_a_retirement_moves_anything(tmp_path: Path, leaves: str, move: int):
+    """A shard renamed (or removed), the next run SIGKILLed while it moves the old name's
+    output to gone/ (after its first, third or last of 6 moves): `_SUCCESS` must not stay
+    beside data that holds part of the old shard and none of the new name's rows (it goes
+    before the plan is written), and `status --check` says not complete, even once every file
+    moved but the plan is not yet marked kept."""
+    job = tiny_job(tmp_path)
+    out = tmp_path / "out"
+    a = write_shard(tmp_path / "in/a.parquet", 10)
+    b = write_shard(tmp_path / "in/b.parquet", 3, seed=1)
+    run_job(load_job(job))
+    assert (out / "_SUCCESS").is_file()
+    if leaves == "renamed":
+        (tmp_path / "in/a.parquet").rename(tmp_path / "in/c.parquet")
+    else:
+        (tmp_path / "in/a.parquet").unlink()
+
+    killed = run(job, faults=f"retire-move@{move}:kill")
+
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (out / "_SUCCESS").exists()
+    assert sorted(glob_ids(out) + kept_ids(out)) == sorted(a + b)  # each row once, old or new
+    checked = invoke("status", str(job), "--check")
+    assert checked.exit_code == 13, checked.output
+
+    finished = run(job)
+
+    assert finished.returncode == 0, finished.stderr
+    c = [f"a-{i}" for i in range(10)] if leaves == "renamed" else []  # c holds a's rows
+    assert sorted(glob_ids(out)) == sorted(b + c) and len(glob_ids(out)) == len(b + c)
+    assert kept_ids(out) == a and (out / "_SUCCESS").is_file()
+    assert invoke("status", str(job), "--check").exit_code == 0

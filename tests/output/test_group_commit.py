@@ -18,7 +18,7 @@ from batchscore.recipes.driver import run_job
 from batchscore.storage.layout import part_name
 from tests.commands import start
 from tests.conftest import read_output, write_job
-from tests.output.test_checkpoint import write_part
+from tests.output.test_checkpoint import A, write_part
 from tests.reliability import (
     assert_complete_and_equal,
     committed_files,
@@ -99,11 +99,11 @@ def test_sweep_reads_a_group_intent(tmp_path: Path):
     a file at a named chunk that is not what the intent says stays."""
     ckpt = Checkpoint(tmp_path)
     ckpt.prepare()
-    published = write_part(tmp_path, "a-00000")
-    never = write_part(tmp_path / "_batchscore", "a-00001")
-    (tmp_path / part_name("a-00001")).write_bytes(b"someone else's")
+    published = write_part(tmp_path, f"{A}-00000")
+    never = write_part(tmp_path / "_batchscore", f"{A}-00001")
+    (tmp_path / part_name(f"{A}-00001")).write_bytes(b"someone else's")
     ckpt.intend([published, never])
-    assert set(ckpt.intents()) == {"a-00000", "a-00001"}
-    assert {Path(p).name for p in ckpt.sweep()} == {part_name("a-00000")}
-    assert [p.name for p in tmp_path.glob("part-*")] == [part_name("a-00001")]
+    assert set(ckpt.intents()) == {f"{A}-00000", f"{A}-00001"}
+    assert {Path(p).name for p in ckpt.sweep()} == {part_name(f"{A}-00000")}
+    assert [p.name for p in tmp_path.glob("part-*")] == [part_name(f"{A}-00001")]
     assert ckpt.intents() == {} and not ckpt.damaged

@@ -1,11 +1,14 @@
 """The output contract as a state machine: random sequences of shards added, removed and
 renamed, committed files deleted or replaced, foreign files dropped into the output, runs, runs
-SIGKILLed after a random commit, restarts, and restarts SIGKILLed once their commit records are
-removed (with new settings, as a restart is for). After every step: foreign files are intact,
-no row is in the data glob twice, the output of a shard that left the input is recoverable under
-`_batchscore/gone/` once a run started, and `status` agrees with the folder; after every
-completed run: the data glob (``out/**/*.parquet``, the foreign files aside) equals scoring the
-current input, every row of every shard exactly once, and nothing else.
+SIGKILLed after a random commit, runs SIGKILLed while they move a left shard's output to
+`_batchscore/gone/`, restarts, and restarts SIGKILLed once their commit records are removed
+(with new settings, as a restart is for). After every step: foreign files are intact, no row is
+in the data glob twice, the output of a shard that left the input is recoverable under
+`_batchscore/gone/` once a run started, `status` agrees with the folder, and wherever
+batchscore was the last to act, `_SUCCESS` present means the data glob holds exactly the
+current input's rows, once (every destructive step drops it first); after every completed run:
+the data glob (``out/**/*.parquet``, the foreign files aside) equals scoring the current input,
+every row of every shard exactly once, and nothing else.
 
 A tiny MLP over 4 feature columns (the tensor task) keeps each run well under a second, so the
 machine can try many sequences; kills run `batchscore run` in a real subprocess.
@@ -68,6 +71,7 @@ class OutputFolder(RuleBasedStateMachine):
         self.leaving: dict[str, list[str]] = {}  # whole shards that left the input since
         self.retired: dict[str, list[str]] = {}  # left before a run started: kept in gone/
         self.restarting = False  # a --restart was killed and no run started since
+        self.touched = False  # the input or the output changed since batchscore last acted
         self.add_shard("first", rows=6, seed=0)  # most rules need a shard to act on
 
     def write_job(self, chunk_rows: int) -> Path:
@@ -96,6 +100,7 @@ class OutputFolder(RuleBasedStateMachine):
         table = pa.table({"id": ids, **{f"x{j}": x[:, j] for j in range(4)}})
         path = self.inputs / f"{name}.parquet"
         pq.write_table(table, path, row_group_size=3)
+        self.touched = True
         self.arrives(path)
         self.shards[path.name] = table
         self.contents[str(path.resolve())] = table
@@ -103,19 +108,25 @@ class OutputFolder(RuleBasedStateMachine):
     @precondition(lambda self: self.shards)
     @rule(data=st.data())
     def remove_shard(self, data: st.DataObject) -> None:
-        name = data.draw(st.sampled_from(sorted(self.shards)))
+        self.remove(data.draw(st.sampled_from(sorted(self.shards))))
+
+    def remove(self, name: str) -> None:
         (self.inputs / name).unlink()
+        self.touched = True
         self.leaves(self.inputs / name)
         del self.shards[name]
 
     @precondition(lambda self: self.shards)
     @rule(data=st.data(), to=st.sampled_from(NAMES))
     def rename_shard(self, data: st.DataObject, to: str) -> None:
-        name = data.draw(st.sampled_from(sorted(self.shards)))
+        self.rename(data.draw(st.sampled_from(sorted(self.shards))), to)
+
+    def rename(self, name: str, to: str) -> None:
         target = self.inputs / f"{to}.parquet"
         if target.name == name:
             return
         (self.inputs / name).rename(target)
+        self.touched = True
         event("a shard renamed")
         self.leaves(self.inputs / name)
         self.arrives(target)
@@ -162,6 +173,7 @@ class OutputFolder(RuleBasedStateMachine):
 
     def damaged(self, victim: Path) -> None:
         """Its shard's output is no longer whole: nothing of it is promised to be kept."""
+        self.touched = True
         self.whole.pop(source_of(victim), None)
         self.leaving.pop(source_of(victim), None)
 
@@ -209,8 +221,39 @@ class OutputFolder(RuleBasedStateMachine):
         event("a --restart killed between its records and its files")
         self.restarting = True
 
+    def whole_shards(self) -> list[str]:
+        """The current shards whose output was whole at the last full run."""
+        return sorted(n for n in self.shards if str((self.inputs / n).resolve()) in self.whole)
+
+    @precondition(lambda self: self.shards)
+    @rule(data=st.data(), to=st.sampled_from([None, *NAMES]), move=st.integers(1, 6))
+    def kill_while_a_left_shard_moves(self, data: st.DataObject, to: str | None, move: int):
+        """A shard with whole output (after a run, where none has) removed (``to`` None) or
+        renamed, then a run SIGKILLed after its n-th move of the shard's files to gone/ (it
+        ends well when there are fewer to move): the output lies partly in the data files,
+        partly under gone/, until the next start finishes the move."""
+        if not self.whole_shards():
+            self.run()
+        name = data.draw(st.sampled_from(self.whole_shards()))
+        if to is None and len(self.shards) > 1:  # the last one stays: no input is a job error
+            self.remove(name)
+        else:
+            self.rename(name, to or "zz")
+        leaving = dict(self.leaving)
+        self.started()
+        done = run(self.job, faults=f"retire-move@{move}:kill")
+        assert done.returncode in (0, -9), done.stderr[-2000:]
+        if done.returncode == 0:
+            self.check_complete()
+            return
+        event("a run killed while it moved output to gone/")
+        for shard in leaving:  # kept whole once a later start finishes the move
+            self.retired.pop(shard, None)
+        self.leaving.update(leaving)
+
     def started(self, *, restart: bool = False) -> None:
         """A run starts: it moves out the output of shards that left (a restart removes it)."""
+        self.touched = False
         self.restarting = False
         if restart:
             self.whole, self.leaving, self.retired = {}, {}, {}
@@ -293,6 +336,19 @@ class OutputFolder(RuleBasedStateMachine):
             assert ids in held, shard
 
     @invariant()
+    def success_means_the_current_input_once(self) -> None:
+        """Wherever batchscore acted last (a run, a killed run, a restart), `_SUCCESS` present
+        means the data glob holds exactly the current input's rows, once, scored right."""
+        if self.touched or not (self.out / "_SUCCESS").is_file():
+            return
+        event("_SUCCESS checked against the data glob")
+        assert sorted(self.glob_ids()) == sorted(self.current_ids())
+        found = self.files_by_shard()
+        for name in self.shards:
+            shard = str((self.inputs / name).resolve())
+            assert self.holds_exactly(shard, found.get(shard, [])), name
+
+    @invariant()
     def foreign_files_are_intact(self) -> None:
         for name, want in self.foreign.items():
             assert digest(self.out / name) == want, name
@@ -305,6 +361,9 @@ class OutputFolder(RuleBasedStateMachine):
         current = {str((self.inputs / n).resolve()) for n in self.shards}
         states = {s["shard"]: s["state"] for s in status["shards"] if s["shard"] in current}
         assert status["refused"] is None and status["restarting"] == self.restarting
+        plans = [json.loads(p.read_text()) for p in self.out.glob("_batchscore/gone/*.json")]
+        moving = any(plan["state"] == "moving" for plan in plans)
+        assert status["retiring"] == moving
         if self.restarting:  # nothing counts as committed until the next start finishes it
             assert set(states.values()) == {"pending"} and not status["complete"]
             return
@@ -318,7 +377,7 @@ class OutputFolder(RuleBasedStateMachine):
         records = [json.loads(p.read_text()) for p in self.out.glob("_batchscore/done/*.json")]
         settled = {r["shard"]["path"] for r in records} <= current
         everything = all(states[shard] == "done" for shard in current)
-        assert status["complete"] == (everything and settled)
+        assert status["complete"] == (everything and settled and not moving)
         if status["complete"]:
             assert sorted(self.glob_ids()) == sorted(self.current_ids())
 

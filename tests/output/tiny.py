@@ -3,6 +3,11 @@ task), so a run takes well under a second and a subprocess run a few (torch's st
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -61,3 +66,22 @@ def order(path: Path) -> tuple[str, str, int]:
     meta = pq.read_metadata(path).metadata
     start = int(meta[b"batchscore.rows"].split(b"-")[0])
     return path.parent.name, meta[b"batchscore.shard"].decode(), start
+
+
+@contextmanager
+def undeletable(path: Path, fallback: str) -> Iterator[str]:
+    """Make ``path`` undeletable for real while the block runs (``chattr +i``: the kernel
+    refuses to unlink an immutable file, with EPERM, even to root, who ignores a read-only
+    folder). Yields the fault spec a test arms instead: "" where the failure is real, and
+    ``fallback`` (an OSError injected at the removal call) where this machine cannot make it
+    (not root, no chattr, a file system without the attribute)."""
+    made = (
+        os.geteuid() == 0
+        and shutil.which("chattr") is not None
+        and subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    )
+    try:
+        yield "" if made else fallback
+    finally:
+        if made:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
