@@ -47,6 +47,7 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunReport
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
+from batchscore.pipeline.stages import first_distinct
 from batchscore.recipes.driver import run_job
 from batchscore.runtime.executor import Executor
 from batchscore.work.row_errors import error_fields, with_errors
@@ -337,15 +338,17 @@ TURN = threading.RLock()  # held by each `run` and `score` call, and by `load`
 
 
 def load(job: Job, table: pa.Table) -> Ready:
-    """The model for these settings: loaded (gated, calibrated on ``table``'s first rows) on
-    first use, then reused for as long as it is among the `KEEP_LOADED` most recently used."""
+    """The model for these settings: loaded (gated, calibrated on ``table``'s first distinct
+    rows, as `sample_rows` reads a job's) on first use, then reused for as long as it is among
+    the `KEEP_LOADED` most recently used."""
     model_path = locate(job.model)
     key = repr((str(model_path), job.model, job.task, job.input, job.batching, job.quality))
     with TURN:
         if key in LOADED:
             LOADED.move_to_end(key)
             return LOADED[key]
-        sample = table.slice(0, job.quality.sample_rows)
+        kinds = input_kinds(job.model.task, job.input, job.task)  # repeats measure nothing
+        sample = first_distinct(table.select(list(kinds)), job.quality.sample_rows, set())
         cache = DecisionCache(cache_folder(os.environ, job.quality.cache_dir))
         files, rows = model_identity(model_path), table.num_rows
         concrete, _, chosen = settle(

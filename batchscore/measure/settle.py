@@ -1,7 +1,8 @@
 """What a job leaves to measurement, decided once per output folder before anything is scored.
 
-- The quality gate: a precision other than fp32 scores the job's first rows next to fp32 and is
-  refused when the two agree less than `[quality]` demands (see `batchscore.measure.gate`).
+- The quality gate: a precision other than fp32 scores the job's first distinct rows (repeats
+  passed over: `batchscore.pipeline.stages.sample_rows`) next to fp32 and is refused when the
+  two agree less than `[quality]` demands (see `batchscore.measure.gate`).
 - ``precision = "auto"``: fp32 scores those rows first (the run keeps its results), and a faster
   precision the device runs natively is tried only where it can pay for itself on this job
   (see `batchscore.measure.auto`); the fastest that passes the gate is chosen.
@@ -65,7 +66,7 @@ def settle(
     job, the new decision to record (None when there was nothing to decide) and the chosen
     trial, whose loaded model (and results for the sample) the local engine adopts instead of
     loading it again. ``sample``: the rows to measure on (in-memory data); by default the job's
-    first rows. ``rows``: how many rows the run will score, which decides whether a faster
+    first distinct rows. ``rows``: how many rows the run will score, which decides whether a faster
     precision can repay trying it (None: the sample's). ``cache`` keeps what this machine
     measured (``model_files``: the model's digest, part of the key).
     """
