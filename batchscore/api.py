@@ -34,7 +34,7 @@ from batchscore.errors import BatchscoreError, InputDataError, JobError, ShardsF
 from batchscore.frames import Frame
 from batchscore.job.columns import clashes
 from batchscore.job.load import apply_overrides, apply_values, job_from_dict, read_job_file
-from batchscore.job.schema import did_you_mean
+from batchscore.job.schema import did_you_mean, show
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
 from batchscore.measure.cache import DecisionCache, cache_folder
 from batchscore.measure.load import load_at
@@ -149,7 +149,9 @@ def job_of(job: str | PathLike[str] | Mapping[str, Any], overrides: Overrides | 
         named = isinstance(output, dict) and isinstance(output.get("path"), str)
         raw.setdefault("name", Path(output["path"]).name if named else "job")
     else:
-        raise JobError(f"run(): job must be a job file's path or a dict of its tables, got {job!r}")
+        raise JobError(
+            f"run(): job must be a job file's path or a dict of its tables, got {show(job)}"
+        )
     if isinstance(overrides, Mapping):
         apply_values(raw, overrides, "overrides")
     elif overrides is not None:
