@@ -234,14 +234,19 @@ def first_rows(
 def first_distinct(table: pa.Table, rows: int, seen: set[str]) -> pa.Table:
     """``table``'s first ``rows`` rows whose values (every column's) are in no earlier row and
     not in ``seen``, which learns those it returns: the measured sample of in-memory data
-    (`score`) and of each shard's rows."""
-    values = [column.to_pylist() for column in table.columns]
-    keys = [repr(row) for row in zip(*values, strict=True)]
+    (`score`) and of each shard's rows. Read a slice at a time, so a frame of millions of rows
+    is not turned into Python objects to find the first few hundred."""
     kept: list[int] = []
-    for index, key in enumerate(keys):
+    step = max(rows, 1024)
+    for start in range(0, table.num_rows, step):
+        values = [column.to_pylist() for column in table.slice(start, step).columns]
+        for offset, row in enumerate(zip(*values, strict=True)):
+            if len(kept) >= rows:
+                break
+            key = repr(row)
+            if key not in seen:
+                seen.add(key)
+                kept.append(start + offset)
         if len(kept) >= rows:
             break
-        if key not in seen:
-            seen.add(key)
-            kept.append(index)
     return table if len(kept) == table.num_rows else table.take(pa.array(kept, pa.int64()))

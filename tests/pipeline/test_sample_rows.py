@@ -88,3 +88,10 @@ def test_a_block_of_one_text_first_is_read_past(tmp_path: Path):
         output={"path": "out"},
     )
     assert sample_rows(load_job(job), 5)["text"].to_pylist() == ["N/A", "x", "y", "z", "w"]
+
+
+def test_a_frame_is_read_past_its_repeats_a_slice_at_a_time():
+    """In-memory data (`score`): 3,000 copies of one text, then others, across slices."""
+    table = pa.table({"text": ["N/A"] * 3000 + [f"text {i}" for i in range(10)]})
+    kept = first_distinct(table, 4, set())
+    assert kept["text"].to_pylist() == ["N/A", "text 0", "text 1", "text 2"]
