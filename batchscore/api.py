@@ -34,7 +34,7 @@ from batchscore.errors import BatchscoreError, InputDataError, JobError, ShardsF
 from batchscore.frames import Frame
 from batchscore.job.columns import clashes
 from batchscore.job.load import apply_overrides, apply_values, job_from_dict, read_job_file
-from batchscore.job.schema import did_you_mean
+from batchscore.job.schema import did_you_mean, show
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
 from batchscore.measure.cache import DecisionCache, cache_folder
 from batchscore.measure.load import load_at
@@ -47,6 +47,7 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunReport
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
+from batchscore.pipeline.stages import first_distinct
 from batchscore.recipes.driver import run_job
 from batchscore.runtime.executor import Executor
 from batchscore.work.row_errors import error_fields, with_errors
@@ -148,7 +149,9 @@ def job_of(job: str | PathLike[str] | Mapping[str, Any], overrides: Overrides | 
         named = isinstance(output, dict) and isinstance(output.get("path"), str)
         raw.setdefault("name", Path(output["path"]).name if named else "job")
     else:
-        raise JobError(f"run(): job must be a job file's path or a dict of its tables, got {job!r}")
+        raise JobError(
+            f"run(): job must be a job file's path or a dict of its tables, got {show(job)}"
+        )
     if isinstance(overrides, Mapping):
         apply_values(raw, overrides, "overrides")
     elif overrides is not None:
@@ -337,15 +340,17 @@ TURN = threading.RLock()  # held by each `run` and `score` call, and by `load`
 
 
 def load(job: Job, table: pa.Table) -> Ready:
-    """The model for these settings: loaded (gated, calibrated on ``table``'s first rows) on
-    first use, then reused for as long as it is among the `KEEP_LOADED` most recently used."""
+    """The model for these settings: loaded (gated, calibrated on ``table``'s first distinct
+    rows, as `sample_rows` reads a job's) on first use, then reused for as long as it is among
+    the `KEEP_LOADED` most recently used."""
     model_path = locate(job.model)
     key = repr((str(model_path), job.model, job.task, job.input, job.batching, job.quality))
     with TURN:
         if key in LOADED:
             LOADED.move_to_end(key)
             return LOADED[key]
-        sample = table.slice(0, job.quality.sample_rows)
+        kinds = input_kinds(job.model.task, job.input, job.task)  # repeats measure nothing
+        sample = first_distinct(table.select(list(kinds)), job.quality.sample_rows, set())
         cache = DecisionCache(cache_folder(os.environ, job.quality.cache_dir))
         files, rows = model_identity(model_path), table.num_rows
         concrete, _, chosen = settle(

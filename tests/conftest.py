@@ -159,6 +159,21 @@ def record_of(out: Path, shard: int = 0, chunk: int = 0) -> Path:
     return sorted(picked, key=lambda r: r["start"])[chunk]["at"]
 
 
+def restamp(file: Path, changes: dict[str, str]) -> None:
+    """Rewrite a committed data file with ``changes`` to its footer's key-value metadata, and
+    its commit record to match, as if batchscore had written it so (a folder an earlier version
+    left, a machine that ran another precision)."""
+    from batchscore.output.manifest import facts_of
+
+    table = pq.read_table(file)
+    meta = {**table.schema.metadata, **{k.encode(): v.encode() for k, v in changes.items()}}
+    pq.write_table(table.replace_schema_metadata(meta), file)
+    for path in (file.parent / "_batchscore/done").glob("*.json"):
+        record = json.loads(path.read_text())
+        if record["file"] == file.name:
+            path.write_text(json.dumps(record | facts_of(file).as_record()))
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real S3-compatible server (moto's) on a loopback port, for this test session.

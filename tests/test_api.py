@@ -296,3 +296,12 @@ def test_messages_name_python_arguments(embed_job: Path):
     with pytest.raises(JobError, match=bare):
         batchscore.run(embed_job, overrides=["model.max_length"])
     assert batchscore.run(embed_job, overrides={"model.max_length": 32}, restart=True).rows == 360
+
+
+def test_a_job_of_another_type_is_named_briefly():
+    """A job that is neither a path nor a dict (10,000 numbers, say) is not echoed whole."""
+    with pytest.raises(JobError) as info:
+        batchscore.run(list(range(10_000)))
+    message = str(info.value)
+    assert message.startswith("run(): job must be a job file's path or a dict")
+    assert len(message) < 140

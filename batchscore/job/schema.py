@@ -34,32 +34,61 @@ def choices(annotation: Any) -> list[str]:
     return []
 
 
-def describe(annotation: Any) -> str:
-    """Say in words what values an annotation accepts, for error messages."""
+def describe(annotation: Any, *, plural: bool = False) -> str:
+    """Say in words what values an annotation accepts, for error messages (``plural``: as
+    the items of a list, "finite numbers" rather than "a finite number")."""
     origin = typing.get_origin(annotation)
     if origin is Literal:
-        return "one of " + ", ".join(str(a) for a in typing.get_args(annotation))
+        words = ", ".join(str(a) for a in typing.get_args(annotation))
+        return f"values among {words}" if plural else f"one of {words}"
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe(a) for a in typing.get_args(annotation) if a is not type(None))
+        return " or ".join(
+            describe(a, plural=plural) for a in typing.get_args(annotation) if a is not type(None)
+        )
     if origin is tuple:
-        return f"a list of {describe(typing.get_args(annotation)[0])}s"
+        items = describe(typing.get_args(annotation)[0], plural=True)
+        return f"lists of {items}" if plural else f"a list of {items}"
     if origin is dict:
-        return "a table"
-    return {
-        str: "a string",
-        int: "an integer",
-        float: "a finite number",
-        bool: "true or false",
-    }.get(annotation, getattr(annotation, "__name__", str(annotation)))
+        return "tables" if plural else "a table"
+    words = {
+        str: ("a string", "strings"),
+        int: ("an integer", "integers"),
+        float: ("a finite number", "finite numbers"),
+        bool: ("true or false", "true or false"),
+    }.get(annotation)
+    if words is None:
+        return getattr(annotation, "__name__", str(annotation))
+    return words[plural]
+
+
+LONGEST_SHOWN = 60  # characters of a value echoed in a message: a list of 768 numbers is not
 
 
 def show(value: Any) -> str:
-    """Render a user's value the way they wrote it in TOML."""
+    """Render a user's value the way they wrote it in TOML (a long one cut short)."""
     if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return repr(value)
+        text = f'"{value}"'
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = repr(value)
+    return text if len(text) <= LONGEST_SHOWN else f"{text[: LONGEST_SHOWN - 4]} ..."
+
+
+def first_bad(value: Any, annotation: Any) -> str | None:
+    """Where in a list ``value`` the first item ``annotation``'s items refuse sits, and that
+    item ("[1][5] is nan"); None when the list is not the problem (it is no list at all)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        lists = [a for a in typing.get_args(annotation) if typing.get_origin(a) is tuple]
+        return first_bad(value, lists[0]) if len(lists) == 1 else None
+    if typing.get_origin(annotation) is not tuple or not isinstance(value, list):
+        return None
+    item = typing.get_args(annotation)[0]
+    for index, element in enumerate(value):
+        if not coerce(element, item)[0]:
+            inner = first_bad(element, item)
+            return f"[{index}]{inner}" if inner else f"[{index}] is {show(element)}"
+    return None
 
 
 def coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
@@ -120,9 +149,9 @@ def build(cls: type, table: dict[str, Any], where: str, problems: list[str], **e
             failed = True
         elif not ok:
             hint = did_you_mean(value, choices(hints[key])) if isinstance(value, str) else ""
-            problems.append(
-                f"{where}.{key}: expected {describe(hints[key])}, got {show(value)}{hint}"
-            )
+            place = first_bad(value, hints[key])
+            got = f"; {place}" if place else f", got {show(value)}{hint}"
+            problems.append(f"{where}.{key}: expected {describe(hints[key])}{got}")
             failed = True
         else:
             values[key] = converted

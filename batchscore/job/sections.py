@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from batchscore.job.ranges import Ranges, unusable
+
 Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
 # What a task's model must be: "any" (the built-in encoder will do), "own" (a model of the
 # task's kind, named by the job) or "file" (a local model file)
@@ -149,8 +151,9 @@ class EmbedConfig:
     A dense model's vectors can be cut to their first ``truncate_dim`` dimensions (Matryoshka
     models are trained for it) and written ``quantize``d as sentence-transformers'
     ``quantize_embeddings`` does; int8 and uint8 map each dimension's ``ranges`` (its minimum,
-    then its maximum) onto 256 steps, measured on the job's first rows unless given here. A
-    sparse encoder keeps its ``top_k`` largest weights (default: the model's own limit, if any).
+    then its maximum) onto 256 steps, measured on the job's first distinct texts unless given
+    here (a dimension with no width is refused, `batchscore.job.ranges`). A sparse encoder
+    keeps its ``top_k`` largest weights (default: the model's own limit, if any).
     """
 
     # what the task asks of the other sections (class attributes, not job keys; job.load checks)
@@ -167,7 +170,7 @@ class EmbedConfig:
         default=None, metadata=WHEN_SET
     )
     # [[min per dimension], [max ...]]
-    ranges: tuple[tuple[float, ...], ...] | None = field(default=None, metadata=WHEN_SET)
+    ranges: Ranges | None = field(default=None, metadata=WHEN_SET)
     top_k: int | None = field(default=None, metadata={"min": 1, "max": MAX_TOP_K, **WHEN_SET})
 
     def problems(self) -> list[str]:
@@ -183,6 +186,11 @@ class EmbedConfig:
             found.append("ranges: expected two lists of one number per dimension")
         elif any(low > high for low, high in zip(*ranges, strict=True)):
             found.append("ranges: the first list holds the minimums, the second the maximums")
+        elif flat := unusable(ranges):
+            found.append(
+                f"ranges: {flat}: every value there would be written as one step; give each "
+                "dimension a minimum below its maximum"
+            )
         return found
 
 

@@ -1,7 +1,8 @@
 """What a job leaves to measurement, decided once per output folder before anything is scored.
 
-- The quality gate: a precision other than fp32 scores the job's first rows next to fp32 and is
-  refused when the two agree less than `[quality]` demands (see `batchscore.measure.gate`).
+- The quality gate: a precision other than fp32 scores the job's first distinct rows (repeats
+  passed over: `batchscore.pipeline.stages.sample_rows`) next to fp32 and is refused when the
+  two agree less than `[quality]` demands (see `batchscore.measure.gate`).
 - ``precision = "auto"``: fp32 scores those rows first (the run keeps its results), and a faster
   precision the device runs natively is tried only where it can pay for itself on this job
   (see `batchscore.measure.auto`); the fastest that passes the gate is chosen.
@@ -37,14 +38,16 @@ from batchscore.measure.choose import choose_precision
 from batchscore.measure.gate import Trial, trial
 from batchscore.measure.load import trial_budget
 from batchscore.models.embed import calibrates, measured_ranges
+from batchscore.models.quantize import Ranges
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
-from batchscore.output.contents import footer_ranges
-from batchscore.output.manifest import written_for
+from batchscore.output.contents import footer_precision, footer_ranges
+from batchscore.output.manifest import footers
 from batchscore.output.settled import Budget, Chosen, Decision
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.table import available
 from batchscore.runtime.device import resolve_device
+from batchscore.storage.layout import SETTLED
 
 log = logging.getLogger("batchscore")
 
@@ -65,7 +68,7 @@ def settle(
     job, the new decision to record (None when there was nothing to decide) and the chosen
     trial, whose loaded model (and results for the sample) the local engine adopts instead of
     loading it again. ``sample``: the rows to measure on (in-memory data); by default the job's
-    first rows. ``rows``: how many rows the run will score, which decides whether a faster
+    first distinct rows. ``rows``: how many rows the run will score, which decides whether a faster
     precision can repay trying it (None: the sample's). ``cache`` keeps what this machine
     measured (``model_files``: the model's digest, part of the key).
     """
@@ -76,7 +79,7 @@ def settle(
         return concrete(job, recorded), None, None
     needs_budget = job.batching.max_tokens == "auto"
     wanted = job.model.precision
-    if wanted == "fp32" and not needs_budget and not calibrates(job.task):
+    if not decides(job):
         return job, None, None
     table = sample if sample is not None else sample_rows(job, job.quality.sample_rows)
     if table.num_rows == 0:
@@ -200,31 +203,101 @@ def machine_key(job: Job, model_files: str) -> str:
 
 
 def recorded_decision(ckpt: Checkpoint, job: Job) -> Decision | None:
-    """The decision an earlier run recorded for this output (None when the folder is not
-    claimed: an unclaimed folder decided nothing). A damaged record is rebuilt from what the
-    data files' footers prove (the precision every committed file was scored at, and the ranges
-    it was quantized with), or the run stops rather than score the rest otherwise."""
-    if not ckpt.claimed():
-        return None
-    try:
-        return ckpt.settled()
-    except Damaged as damage:
-        files = [r["file"] for r in ckpt.committed().values()]
-        found = {written_for(ckpt.store, f).get("batchscore.precision") for f in files}
-        if len(found) != 1 or None in found:
-            raise BookkeepingError(
-                f"{damage}; the data files do not prove one precision. Run with --restart to "
-                "start over, or point [output].path at a new folder"
-            ) from None
-        why = "recovered from the data files' footers (the recorded decision was damaged)"
-        auto = job.batching.max_tokens == "auto"  # only speed depends on it
-        ranges = footer_ranges([written_for(ckpt.store, f) for f in files], str(damage))
-        decision = Decision(
-            Chosen(found.pop(), why), Budget(trial_budget(job), why) if auto else None, ranges
-        )
-        log.warning("%s; %s", damage, why)
+    """The decision an earlier run recorded for this output, as its committed data files prove
+    it (`proven_decision`; None when there is none to keep to). A record rebuilt or corrected
+    from the footers is said (a warning naming the file and what differed) and written back."""
+    files = [record["file"] for record in ckpt.committed().values()]
+    decision, said = proven_decision(ckpt, job, files)
+    if said:
+        log.warning("%s", said)
         ckpt.settle(decision)
-        return decision
+    return decision
+
+
+def proven_decision(ckpt: Checkpoint, job: Job, files: list[str]) -> tuple[Decision | None, str]:
+    """The folder's decision as the footers of its committed data ``files`` prove it, and what
+    the record got wrong ('' when nothing): `run` keeps to it, `status` reports it.
+
+    Every data file's footer names the precision it was scored at and the ranges its vectors
+    were quantized with, so the footers, not ``settled.json``, are the proof of how committed
+    rows were made; the record is a note of it. A damaged or missing record is rebuilt from
+    them. An edited one (its precision or ranges changed by hand) is answered the same way:
+    the footers' are taken and the record written back, with a warning naming the file and
+    what differed. Refusing instead would stop a scheduled run only for a person to delete
+    the record, after which the next run recovers it from the footers all the same; and
+    following the edit would write a second precision or int8 scale beside the first, which
+    no reader of the folder could tell apart. A change of precision or ranges is a new output
+    (``--restart``). Footers that disagree with each other prove nothing: `BookkeepingError`
+    (exit 10), and the run stops rather than add to a folder that already mixes two.
+    """
+    if not ckpt.claimed():
+        return None, ""
+    where = ckpt.store.where(SETTLED)
+    try:
+        recorded, record = ckpt.settled(), where  # ``record``: the record, as messages name it
+    except Damaged as exc:
+        recorded, record = None, str(exc)
+    missing = recorded is None and record == where
+    if missing:
+        if not decides(job):
+            return None, ""  # nothing was ever recorded for this job: nothing is missing
+        record = f"{where}: missing"
+    written = footers(ckpt.store, files)
+    precision = footer_precision(written, record)
+    ranges = footer_ranges(written, record)
+    if recorded is None:
+        if precision is None and missing:
+            return None, ""  # nothing committed says otherwise: it is measured anew
+        if precision is None:
+            raise BookkeepingError(
+                f"{record}; the data files do not prove one precision. Run with --restart to "
+                "start over, or point [output].path at a new folder"
+            )
+        how = "missing" if missing else "damaged"
+        why = f"recovered from the data files' footers (the recorded decision was {how})"
+        auto = job.batching.max_tokens == "auto"  # only speed depends on it
+        budget = Budget(trial_budget(job), why) if auto else None
+        return Decision(Chosen(precision, why), budget, ranges), f"{record}; {why}"
+    wrong = []
+    chosen, kept = recorded.precision, recorded.ranges
+    if precision is not None and precision != chosen.precision:
+        wrong.append(f"precision {chosen.precision} recorded, {precision} in the data files")
+        why = f"taken back from the data files' footers (the record said {chosen.precision})"
+        chosen = dataclasses.replace(chosen, precision=precision, why=why)
+    if calibrates(job.task) and ranges is not None and ranges != kept:
+        wrong.append(f"ranges {ranges_difference(kept, ranges)}")
+        kept = ranges
+    if not wrong:
+        return recorded, ""
+    said = (
+        f"{where}: {'; '.join(wrong)}. The footers of the {len(files)} committed data file(s) "
+        "prove how their rows were made, and one output never mixes two: theirs are kept, and "
+        "recorded again by the next run that scores (new ranges or a new precision need "
+        "--restart)"
+    )
+    return dataclasses.replace(recorded, precision=chosen, ranges=kept), said
+
+
+def decides(job: Job) -> bool:
+    """Whether `settle` records a decision for this job: anything left to measure."""
+    wanted, budget = job.model.precision, job.batching.max_tokens
+    return wanted != "fp32" or budget == "auto" or calibrates(job.task)
+
+
+def ranges_difference(recorded: Ranges | None, found: Ranges) -> str:
+    """Where a record's ranges first differ from the footers', briefly (not 768 numbers)."""
+    if recorded is None:
+        return "missing from the record, named in the data files"
+    if len(recorded[0]) != len(found[0]):
+        return f"of {len(recorded[0])} dimensions recorded, {len(found[0])} in the data files"
+    for bound, name in ((0, "minimum"), (1, "maximum")):
+        for dim, (ours, theirs) in enumerate(zip(recorded[bound], found[bound], strict=True)):
+            if ours != theirs:
+                return (
+                    f"at dimension {dim} (from 0): {name} {ours!r} recorded, {theirs!r} in the "
+                    "data files"
+                )
+    return "unlike the data files'"
 
 
 def concrete(job: Job, decision: Decision) -> Job:

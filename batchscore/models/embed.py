@@ -38,7 +38,7 @@ from batchscore.models.quantize import (
     measure_ranges,
     quantize,
     quantized_to_arrow,
-    too_few_rows,
+    unmeasurable,
 )
 from batchscore.models.sparse import SparseVectors
 from batchscore.models.stack import Dense, Stack, read_stack
@@ -254,7 +254,8 @@ class DenseVectors:
 
     int8 and uint8 need each dimension's range: the job's ``[embed].ranges``, else measured on
     the first rows this task finishes, which are the quality gate's sample (the job's first
-    rows): `batchscore.measure.settle` records them with the folder's decision, and every later
+    distinct rows; a dimension they leave with no width is refused, never written as one step):
+    `batchscore.measure.settle` records them with the folder's decision, and every later
     load of the job (a resumed run, a Ray actor) is given them, so one output never mixes two.
     """
 
@@ -373,7 +374,7 @@ def measured_ranges(task: Task | None) -> Ranges:
     """The ranges ``task`` measured on the sample it scored (see `calibrates`)."""
     ranges = task.ranges if isinstance(task, EmbedTask) else None
     if ranges is None:  # none of the sample's rows could be scored
-        raise too_few_rows(0)
+        raise unmeasurable("none of them could be scored")
     return ranges
 
 

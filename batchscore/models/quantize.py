@@ -6,8 +6,10 @@
   padded with zeros); ``binary`` stores each byte minus 128 as int8. 32x smaller than float32.
 - ``int8`` / ``uint8``: each dimension's range (its minimum and maximum over calibration
   vectors) cut into 255 equal steps; a value becomes the step it falls in, clipped to 0-255
-  (int8: minus 128). The ranges come from the job's own rows and are written in every data
-  file's footer, so queries can be quantized the same way.
+  (int8: minus 128). The ranges come from the job's own first distinct texts and are
+  written in every data file's footer, so queries can be quantized the same way. A range
+  with no width (one text repeated, a constant dimension) is refused, never written as one
+  step for every row (`batchscore.job.ranges`).
 
 All arithmetic is float32, as sentence-transformers does it, so a value on a step's boundary
 falls the same way. Pure functions over numpy arrays.
@@ -19,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from batchscore.errors import JobError
+from batchscore.job.ranges import Ranges, steps_of, unusable
 
-Ranges = tuple[tuple[float, ...], ...]  # (minimums, maximums), one number per dimension
 CALIBRATED = ("int8", "uint8")  # the kinds that need ranges
 TYPES = {"int8": pa.int8(), "uint8": pa.uint8(), "binary": pa.int8(), "ubinary": pa.uint8()}
 
@@ -37,20 +39,28 @@ def arrow_type(kind: str, dim: int) -> pa.DataType:
 
 def measure_ranges(vectors: np.ndarray) -> Ranges:
     """Each dimension's minimum and maximum over ``vectors`` [rows, dim] (float32 values, exact
-    in JSON). Refused for fewer than two rows, as sentence-transformers refuses: a range of one
-    vector has no width, and every value would fall on one step."""
+    in JSON). Refused (`JobError`) where a dimension's range has no width: fewer than two
+    distinct vectors (sentence-transformers refuses one row; ours refuses one text repeated
+    too), or a dimension constant over all of them, since every value would fall on one step
+    and every vector be written alike there."""
     if len(vectors) < 2:
-        raise too_few_rows(len(vectors))
+        raise unmeasurable(f"only {len(vectors)} text(s) could be scored there")
     vectors = np.asarray(vectors, dtype=np.float32)
-    return (tuple(vectors.min(axis=0).tolist()), tuple(vectors.max(axis=0).tolist()))
+    ranges = (tuple(vectors.min(axis=0).tolist()), tuple(vectors.max(axis=0).tolist()))
+    flat = unusable(ranges)
+    if flat is not None:
+        distinct = len(np.unique(vectors, axis=0))
+        raise unmeasurable(f"the {distinct} distinct vector(s) there leave {flat}")
+    return ranges
 
 
-def too_few_rows(rows: int) -> JobError:
-    """The error for ranges that cannot be measured: ``rows`` vectors, fewer than two."""
+def unmeasurable(why: str) -> JobError:
+    """The error for ranges the sample cannot give, and ``why``."""
     return JobError(
         '[embed].quantize: "int8" and "uint8" measure each dimension\'s range on the job\'s '
-        f"first rows ([quality].sample_rows), and only {rows} could be scored there; "
-        'give [embed].ranges, or quantize to "binary"'
+        f"first [quality].sample_rows distinct texts (repeats passed over), and {why}, so "
+        "every vector would be written alike there. Give more distinct texts, or "
+        '[embed].ranges measured on other texts, or quantize to "binary"'
     )
 
 
@@ -65,11 +75,9 @@ def quantize(vectors: np.ndarray, kind: str, ranges: Ranges | None = None) -> np
         return packed if kind == "ubinary" else (packed.astype(np.int16) - 128).astype(np.int8)
     if ranges is None:
         raise ValueError(f"{kind} quantization needs calibration ranges")
-    bounds = np.asarray(ranges, dtype=np.float32)
-    starts = bounds[0, :]
-    steps = (bounds[1, :] - starts) / 255
-    steps = np.where(steps == 0, 1, steps)  # a constant dimension: every value on step 0
-    steps = steps.astype(np.float32, copy=False)
+    starts, steps = steps_of(ranges)
+    if not (np.isfinite(steps) & (steps > 0)).all():  # every way in checks them (`unusable`)
+        raise ValueError(f"{kind} quantization: calibration ranges with {unusable(ranges)}")
     values = np.clip(np.floor((vectors - starts) / steps), 0, 255)
     return values.astype(np.uint8) if kind == "uint8" else (values - 128).astype(np.int8)
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from batchscore import faults
 from batchscore.errors import WriteError, write_error
+from batchscore.job.ranges import unusable
 from batchscore.output.manifest import is_ours, problem
 from batchscore.output.settled import Decision
 from batchscore.storage import Store, open_store
@@ -119,9 +120,24 @@ class Checkpoint:
 
     def settled(self) -> Decision | None:
         """What an earlier run measured and chose (precision, budget, agreement), if any;
-        `Damaged` when it cannot be read."""
+        `Damaged` when it cannot be read, is not the shape a run writes, or holds ranges no run
+        could have measured (`batchscore.job.ranges`): such a record is rebuilt from the data
+        files (`batchscore.measure.settle.recorded_decision`), never followed."""
         record = self.read_json(SETTLED, ("precision",))
-        return Decision.from_json(record) if record is not None else None
+        if record is None:
+            return None
+        try:
+            decision = Decision.from_json(record)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            why = f"not the shape a run writes: {type(exc).__name__}: {exc}"
+            raise Damaged(self.store.where(SETTLED), why) from None
+        ranges = decision.ranges
+        if ranges is not None:
+            shaped = len(ranges) == 2 and len(ranges[0]) == len(ranges[1]) and ranges[0]
+            flat = unusable(ranges) if shaped else "not two lists of one number per dimension"
+            if flat:
+                raise Damaged(self.store.where(SETTLED), f"its ranges: {flat}")
+        return decision
 
     def settle(self, decision: Decision) -> None:
         """Pin measured choices, so every run of this output uses the same precision."""

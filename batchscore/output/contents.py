@@ -36,12 +36,13 @@ def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, 
         "batchscore.task": job.model.task,
         "batchscore.model": str(job.model.name or job.model.path),
         "batchscore.model_files": claim["parts"]["model_files"],
-        "batchscore.precision": precision,
+        PRECISION: precision,
         "batchscore.fingerprint": claim["fingerprint"],
         **(embed_metadata(job.task) if isinstance(job.task, EmbedConfig) else {}),
     }
 
 
+PRECISION = "batchscore.precision"
 RANGES = "batchscore.embed.ranges"
 
 
@@ -73,3 +74,16 @@ def footer_ranges(
     if not found:
         return None
     return tuple(tuple(float(v) for v in bound) for bound in json.loads(found.pop()))
+
+
+def footer_precision(footers: list[dict[str, str]], where: str) -> str | None:
+    """The precision committed files were scored at, read back from their footers (None: no
+    footer names one), which must agree: one output never mixes two."""
+    found = sorted({footer[PRECISION] for footer in footers if PRECISION in footer})
+    if len(found) > 1:
+        raise BookkeepingError(
+            f"{where}; the data files were scored at {len(found)} different precisions "
+            f"({', '.join(found)}). Run with --restart to start over, or point [output].path "
+            "at a new folder"
+        )
+    return found[0] if found else None

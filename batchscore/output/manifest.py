@@ -102,6 +102,13 @@ def written_for(store: Store, rel: str) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"batchscore.")}
 
 
+def footers(store: Store, files: list[str]) -> list[dict[str, str]]:
+    """`written_for` of each of ``files``, read side by side (in an object store each is a
+    request or two)."""
+    with ThreadPoolExecutor(max_workers=CHECKERS) as pool:
+        return list(pool.map(lambda rel: written_for(store, rel), files))
+
+
 def problems(store: Store, records: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Chunk key -> what is wrong with its data file, for every record whose file is not intact."""
     keys = sorted(records)

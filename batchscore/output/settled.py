@@ -73,7 +73,7 @@ class Budget:
 class Decision:
     """Everything a folder settled on: its precision, its budget when it was "auto", and the
     calibration ranges of int8 / uint8 embeddings (each dimension's minimum, then maximum),
-    measured on the job's first rows when the job gave none."""
+    measured on the job's first distinct rows when the job gave none."""
 
     precision: Chosen
     batching: Budget | None = None

@@ -5,8 +5,8 @@
 `windows` runs them for every pending chunk (in the reader thread). A window gathers rows from
 consecutive chunks, of any number of shards, until it holds `[batching].window_rows`, so many
 small shards sort and batch as well as one large one; each chunk keeps its own rows (a `Part`)
-and is still committed on its own. `sample_rows` reads the job's first rows through the same
-reader and filter, for the quality gate and int8 calibration. `batches` is the one way rows
+and is still committed on its own. `sample_rows` reads the job's first distinct rows through
+the same reader and filter, for the quality gate and int8 calibration. `batches` is the one way rows
 become batches, wherever they are cut.
 """
 
@@ -169,9 +169,14 @@ def encode_window(
 
 
 def sample_rows(job: Job, rows: int) -> pa.Table:
-    """The job's first ``rows`` input rows that pass `where`, across shards in order, read by
-    the run's own reader: the rows the quality gate, int8 calibration and the budget are
-    measured on, so only the task's columns.
+    """The job's first ``rows`` distinct inputs that pass `where`, across shards in order,
+    read by the run's own reader: the rows the quality gate, int8 calibration, the budget and
+    int8 / uint8 embeddings' ranges are measured on, so only the task's columns.
+
+    A row whose inputs repeat an earlier sample row's is passed over and the sample read on
+    past it, as far into the input as it takes: a repeat is scored once (`distinct`) and
+    measures nothing new, so a block of one text at the start (an "N/A" run, a boilerplate
+    header) would leave a sample of one input, and ranges of no width.
 
     A shard that cannot be read, whose columns do not fit the job, or whose rows cannot join
     the others' is passed over: the run fails it alone, and measures on the rest.
@@ -180,12 +185,14 @@ def sample_rows(job: Job, rows: int) -> pa.Table:
     kinds = input_kinds(job.model.task, job.input, job.task)
     columns = tuple(dict.fromkeys([*kinds, *(row_filter.columns if row_filter else ())]))
     sample: pa.Table | None = None
+    seen: set[str] = set()
     for shard in find_shards(job.input):
         have = 0 if sample is None else sample.num_rows
         if have >= rows:
             break
+        more = set(seen)  # kept only if this shard's rows join the sample
         try:
-            taken = first_rows(shard, kinds, columns, row_filter, rows=rows - have)
+            taken = first_rows(shard, kinds, columns, row_filter, rows=rows - have, seen=more)
         except InputDataError as exc:
             log.debug("the measured sample passes over %s", exc)
             continue
@@ -193,7 +200,7 @@ def sample_rows(job: Job, rows: int) -> pa.Table:
         if joined is None or joined.num_rows < have + taken.num_rows:
             log.debug("the measured sample passes over %s: its columns differ", shard.path)
             continue
-        sample = joined
+        sample, seen = joined, more
     if sample is not None:
         return sample
     return pa.table(
@@ -208,15 +215,38 @@ def first_rows(
     row_filter: RowFilter | None,
     *,
     rows: int,
+    seen: set[str],
 ) -> pa.Table:
-    """A shard's first ``rows`` rows that pass `where`, its task columns alone."""
+    """A shard's first ``rows`` rows that pass `where` and are no repeat of one ``seen`` (which
+    learns them, `first_distinct`), its task columns alone."""
     footer = open_shard(shard)
     check_columns(shard, footer.schema_arrow, columns, kinds)
     taken, count = [], 0
     for chunk in chunks_of(shard, footer.metadata.num_rows, max(rows, 1)):
         for window in read_rows(chunk, columns, rows, row_filter):
-            taken.append(window.table.select(list(kinds)).slice(0, rows - count))
+            taken.append(first_distinct(window.table.select(list(kinds)), rows - count, seen))
             count += taken[-1].num_rows
             if count >= rows:
                 return pa.concat_tables(taken)
     return pa.concat_tables(taken)
+
+
+def first_distinct(table: pa.Table, rows: int, seen: set[str]) -> pa.Table:
+    """``table``'s first ``rows`` rows whose values (every column's) are in no earlier row and
+    not in ``seen``, which learns those it returns: the measured sample of in-memory data
+    (`score`) and of each shard's rows. Read a slice at a time, so a frame of millions of rows
+    is not turned into Python objects to find the first few hundred."""
+    kept: list[int] = []
+    step = max(rows, 1024)
+    for start in range(0, table.num_rows, step):
+        values = [column.to_pylist() for column in table.slice(start, step).columns]
+        for offset, row in enumerate(zip(*values, strict=True)):
+            if len(kept) >= rows:
+                break
+            key = repr(row)
+            if key not in seen:
+                seen.add(key)
+                kept.append(start + offset)
+        if len(kept) >= rows:
+            break
+    return table if len(kept) == table.num_rows else table.take(pa.array(kept, pa.int64()))

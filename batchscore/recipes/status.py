@@ -4,8 +4,9 @@ Nothing is scored and no model is loaded (its files are located and hashed, as a
 does, to judge the folder against the job's settings). Each committed data file is checked
 against its record (size and Parquet footer, never its data), so a missing or damaged file shows
 here; a shard that left the input is listed as gone, with where its output is kept. The output
-is complete when every shard is done with this job's settings, nothing is damaged, and the data
-files hold the current input only.
+is complete when every shard is done with this job's settings, nothing is damaged, the data
+files hold the current input only, and their footers agree on one precision and one int8 scale
+(the check `run` makes of `settled.json`, `batchscore.measure.settle.proven_decision`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from batchscore.errors import BatchscoreError, IncompleteError, ModelError
+from batchscore.errors import BatchscoreError, BookkeepingError, IncompleteError, ModelError
 from batchscore.job.sections import Job
+from batchscore.measure.settle import proven_decision
 from batchscore.models.fingerprint import identity
 from batchscore.models.locate import locate
 from batchscore.output.checkpoint import Checkpoint
@@ -75,6 +77,13 @@ def job_status(job: Job) -> dict[str, Any]:
     current = [s for s in shards if s.state != "gone"]
     refused = judge(ckpt, job)
     retiring = any(plan["state"] == MOVING for _, plan in retirements(ckpt))
+    intact = [r["file"] for key, r in committed.items() if key not in damaged]
+    settled = ""
+    if refused is None and not restarting:
+        try:  # what `run` keeps to: the footers' decision, or a refusal when they disagree
+            settled = proven_decision(ckpt, job, intact)[1]
+        except BookkeepingError as exc:
+            refused = str(exc)
     return {
         "job": job.name,
         "output": job.output.path,
@@ -90,6 +99,7 @@ def job_status(job: Job) -> dict[str, Any]:
         and not restarting
         and not retiring,
         "refused": refused,
+        "settled": settled or None,  # the record the footers disprove: the next run rewrites it
         "restarting": restarting,
         "retiring": retiring,  # a move to gone/ was cut off: the next start finishes it
         "damaged_bookkeeping": sorted(ckpt.damaged.values()),
@@ -234,6 +244,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"a move to {GONE}/ was cut off: the next run finishes it")
     if status["refused"]:
         lines.append(f"not complete for this job: {status['refused']}")
+    if status["settled"]:
+        lines.append(status["settled"])
     last = status["last_run"]
     if last:
         lines.append(

@@ -188,3 +188,23 @@ def test_a_section_that_is_no_table_is_said_once(tmp_path: Path):
     assert problems(path) == [
         f'{path}: engine: expected one of local, ray, got "rey" (did you mean "ray"?)'
     ]
+
+
+def test_a_bad_number_deep_in_a_list_is_named_by_its_place(tmp_path: Path):
+    """A nan among 768 numbers (or a number among strings): the message names the key and the
+    first bad value's place, in plain words, and never prints the whole list back."""
+    ranges = [[-1.0] * 768, [1.0] * 768]
+    ranges[1][5] = float("nan")
+    path = minimal(tmp_path, embed={"quantize": "int8", "ranges": ranges})
+    assert problems(path) == [
+        f"{path}: [embed].ranges: expected a list of lists of finite numbers; [1][5] is nan"
+    ]
+    path = minimal(tmp_path, input={"keep": ["lang", *range(300)]})
+    assert problems(path) == [f"{path}: [input].keep: expected a list of strings; [1] is 0"]
+    long = "x" * 500
+    path = minimal(tmp_path, model={"device": [long]})
+    (message,) = problems(path)
+    assert (
+        message.startswith(f"{path}: [model].device: expected a string, got [")
+        and len(message) < len(str(path)) + 140
+    )

@@ -13,12 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import batchscore
 from batchscore.cli import main
+from batchscore.errors import JobError
+from batchscore.job.ranges import unusable
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models.embed import UNQUANTIZED, EmbedTask
 from batchscore.models.quantize import measure_ranges, quantize
@@ -41,13 +43,20 @@ def vectors_strategy(rows: tuple[int, int]):
 @settings(deadline=None)  # the first example imports sentence-transformers
 @given(vectors_strategy((2, 30)), st.sampled_from(KINDS))
 def test_quantize_equals_quantize_embeddings(vectors, kind):
-    """Ranges measured on the vectors themselves, as sentence-transformers measures them."""
+    """Ranges measured on the vectors themselves, as sentence-transformers measures them; where
+    a dimension has no width (sentence-transformers divides by zero there), they are refused."""
     from sentence_transformers import quantize_embeddings
 
-    ranges = measure_ranges(vectors)
-    assert np.array_equal(
-        np.asarray(ranges, np.float32), np.vstack((vectors.min(0), vectors.max(0)))
-    )
+    bounds = np.vstack((vectors.min(0), vectors.max(0)))
+    try:
+        ranges = measure_ranges(vectors)
+    except JobError:
+        assert unusable(bounds.tolist()) is not None
+        if kind in ("int8", "uint8"):
+            return
+        ranges = None
+    if ranges is not None:
+        assert np.array_equal(np.asarray(ranges, np.float32), bounds)
     ours = quantize(vectors, kind, ranges)
     reference = quantize_embeddings(vectors, kind)  # calibrates on ``vectors`` for int8 / uint8
     assert ours.dtype == reference.dtype and np.array_equal(ours, reference)
@@ -62,7 +71,7 @@ def test_given_ranges_quantize_new_vectors_alike(queries, calibration, kind):
 
     dims = min(queries.shape[1], calibration.shape[1])
     queries, calibration = queries[:, :dims], calibration[:, :dims]
-    ranges = measure_ranges(calibration)
+    ranges = measure_ranges(np.vstack((calibration, calibration[:1] + 1)))  # every one wide
     ours = quantize(queries, kind, ranges)
     reference = quantize_embeddings(queries, kind, ranges=np.asarray(ranges, dtype=np.float32))
     assert np.array_equal(ours, reference)
@@ -257,3 +266,142 @@ def test_a_damaged_record_takes_its_ranges_back_from_the_footers(tmp_path, shard
     assert "recovered from the data files' footers" in again.stderr
     assert json.loads((out / "_batchscore" / "settled.json").read_text())["ranges"] == ranges
     assert all(footer_ranges(f) == ranges for f in output_files(out))
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    arrays(
+        np.float32,
+        st.tuples(st.integers(1, 12), st.integers(1, 6)),
+        elements=st.one_of(st.floats(-2, 2, width=32), st.sampled_from([0.0, 1.0, 1e-8])),
+    ),
+    st.integers(1, 40),
+    st.sampled_from(("int8", "uint8")),
+)
+def test_ranges_measured_on_repeats_never_write_one_vector_for_all(vectors, copies, kind):
+    """Whatever the sample (a few vectors, each repeated, as a block of one text repeats):
+    measuring either refuses, naming a dimension, or gives ranges under which every dimension
+    of the sample itself falls on at least two steps: no column is written as one constant."""
+    sample = np.repeat(vectors, copies, axis=0)
+    try:
+        ranges = measure_ranges(sample)
+    except JobError as exc:
+        event("refused")
+        assert "[embed].quantize" in str(exc)
+        if len(sample) < 2:
+            assert "only 1 text(s) could be scored" in str(exc)
+        else:
+            assert "dimension" in str(exc)
+        return
+    event("measured")
+    written = quantize(sample, kind, ranges).astype(int)
+    assert (written.max(axis=0) > written.min(axis=0)).all()
+
+
+# mostly an embedding's values, then the edges: subnormal widths, past float32's largest
+finite = st.one_of(
+    st.floats(-4, 4),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, 1e-45, 1e-40, -1e-40, 3.4e38, -3.4e38, 3.5e38]),
+)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(finite, finite).map(sorted), min_size=1, max_size=3))
+def test_ranges_are_usable_exactly_when_they_cut_into_two_steps(pairs):
+    """Given ranges: refused (naming the dimension) exactly when float32 cannot cut a
+    dimension into 255 steps (a minimum equal to its maximum, a width float32 cannot hold or
+    step through); otherwise each dimension's own ends fall on different steps."""
+    ranges = (tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
+    problem = unusable(ranges)
+    with np.errstate(over="ignore"):  # past float32's largest: infinite, as numpy casts
+        ends = np.asarray(ranges, dtype=np.float64).astype(np.float32)
+    event("refused" if problem else "usable")
+    if problem is not None:
+        assert problem.startswith("dimension ")
+        with pytest.raises(ValueError, match="calibration ranges"):
+            quantize(ends, "uint8", ranges)
+        return
+    written = quantize(ends, "uint8", ranges).astype(int)
+    assert (written[1] > written[0]).all()
+
+
+def test_given_ranges_with_a_flat_dimension_are_refused(tmp_path, shards):
+    """A dimension whose minimum is its maximum would write one value for every row: refused
+    by `validate` and `run` (exit 2, nothing written), naming the key and the dimension."""
+    flat = [[-1.0] * 384, [1.0] * 384]
+    flat[0][5] = flat[1][5] = 0.25
+    for command in ("validate", "run"):
+        result = run(tmp_path, shards, command, embed={"ranges": flat})
+        assert result.exit_code == 2, result.output
+        assert "[embed].ranges: dimension 5 (from 0): its minimum and maximum are both 0.25" in (
+            result.stderr
+        )
+    assert not (tmp_path / "out").exists() or not output_files(tmp_path / "out")
+    with pytest.raises(JobError, match=r"\[embed\].ranges: dimension 5"):
+        batchscore.score(["a text", "another"], task="embed", quantize="int8", ranges=flat)
+
+
+def repeated_first(folder: Path, small_corpus: pa.Table, copies: int) -> Path:
+    """One shard whose first ``copies`` rows are one text (an "N/A" block), then real texts."""
+    folder.mkdir()
+    rows = small_corpus.select(["doc_id", "text"]).slice(0, 100)
+    block = pa.table(
+        {"doc_id": [f"na-{i}" for i in range(copies)], "text": ["N/A"] * copies},
+        schema=rows.schema,
+    )
+    pq.write_table(pa.concat_tables([block, rows]), folder / "s0.parquet")
+    return folder
+
+
+def encode_at(path: Path, texts: list[str], *, max_length: int) -> np.ndarray:
+    """sentence-transformers' vectors with the job's window."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path), device="cpu")
+    model.max_seq_length = max_length
+    return model.encode(texts, batch_size=32)
+
+
+def test_a_block_of_one_repeated_text_first_widens_the_sample(tmp_path, small_corpus, minilm_path):
+    """The first 64 rows are one text: the ranges come from the first 64 distinct texts (the
+    "N/A" and the 63 after it), not from 64 copies of one vector, and the rows differ."""
+    folder = repeated_first(tmp_path / "in", small_corpus, copies=150)
+    result = run(tmp_path, folder, "run")
+    assert result.exit_code == 0, result.stderr
+    out = tmp_path / "out"
+    written = values(read_output(out)["embedding"])
+    assert len(np.unique(written, axis=0)) == 101  # "N/A" and the 100 texts after it
+    texts = ["N/A", *small_corpus["text"].to_pylist()[:63]]
+    floats = encode_at(minilm_path, texts, max_length=128)
+    measured = np.vstack((floats.min(0), floats.max(0)))
+    assert np.abs(np.asarray(footer_ranges(output_files(out)[0])) - measured).max() < 1e-5
+
+
+def test_one_text_everywhere_is_refused_not_written_alike(tmp_path, small_corpus):
+    """Every row is one text: no range can be measured; the run says so (exit 2, naming
+    [embed].quantize) and writes nothing, rather than one vector for all."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    one_text = pa.table({"doc_id": list(range(80)), "text": ["N/A"] * 80})
+    pq.write_table(one_text, folder / "a.parquet")
+    result = run(tmp_path, folder, "run")
+    assert result.exit_code == 2, result.output
+    assert "[embed].quantize" in result.stderr and "distinct texts" in result.stderr
+    assert "only 1 text(s) could be scored there" in result.stderr
+    assert "Traceback" not in result.output
+    assert not output_files(tmp_path / "out")
+
+
+def test_score_measures_past_repeated_texts_and_refuses_one_text(minilm_path, small_corpus):
+    texts = small_corpus["text"].to_pylist()[:40]
+    scored = batchscore.score(
+        ["N/A"] * 300 + texts, task="embed", quantize="int8", sample_rows=32, precision="fp32"
+    )
+    assert len(np.unique(scored, axis=0)) == 41
+    floats = st_encode(minilm_path, ["N/A", *texts[:31]])
+    ranges = measure_ranges(floats)
+    reference = quantize(st_encode(minilm_path, texts), "int8", ranges)
+    assert (np.abs(scored[300:].astype(int) - reference.astype(int)) <= 1).all()
+    with pytest.raises(JobError, match=r"only 1 text\(s\) could be scored"):
+        batchscore.score(["N/A"] * 50, task="embed", quantize="uint8", precision="fp32")

@@ -3,8 +3,11 @@ written reads back and writes out as it was, so a folder settled by an earlier v
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.settled import Budget, Chosen, Decision
 
 WRITTEN = [
@@ -62,3 +65,28 @@ def test_ranges_read_back_as_floats():
     decision = Decision.from_json(WRITTEN[-1])
     assert decision.ranges == ((-0.25, -1.0, 0.0), (0.5, 1.0, 0.0))
     assert Decision.from_json(WRITTEN[0]).ranges is None
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"precision": "fp32"}', "not the shape a run writes"),
+        ('{"precision": {"why": "no name"}}', "not the shape a run writes"),
+        ('{"precision": {"precision": "fp32"}, "ranges": "wide"}', "not the shape a run writes"),
+        ('{"precision": {"precision": "fp32"}, "ranges": [[0.0, 1.0]]}', "not two lists"),
+        (
+            '{"precision": {"precision": "fp32"}, "ranges": [[0.0, 0.5], [1.0, 0.5]]}',
+            "its ranges: dimension 1 (from 0): its minimum and maximum are both 0.5",
+        ),
+        ('{"precision": {"precision": "fp32"}, "ranges": [[0.0], [NaN]]}', "finite numbers"),
+    ],
+)
+def test_a_record_no_run_writes_is_damaged_not_followed(tmp_path, text, why):
+    """A hand-edited settled.json of another shape, or with ranges that would write one step
+    for every row, is damaged (rebuilt from the data files by the run), never a traceback
+    and never quantized with."""
+    ckpt = Checkpoint(tmp_path)
+    ckpt.prepare()
+    (tmp_path / "_batchscore" / "settled.json").write_text(text)
+    with pytest.raises(Damaged, match=re.escape(why)):
+        ckpt.settled()

@@ -25,6 +25,7 @@ from batchscore.recipes.driver import run_job
 from batchscore.recipes.preflight import preflight
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
+from tests.conftest import restamp
 from tests.machines import gpu
 from tests.reliability import make_job
 
@@ -133,6 +134,8 @@ def settle_folder_as(tmp_path: Path, corpus, precision: str) -> Path:
     record = json.loads(settled.read_text())
     record["precision"] = {"precision": precision, "why": "measured where it ran"}
     settled.write_text(json.dumps(record))
+    for file in (tmp_path / "out").glob("*.parquet"):  # what its files' footers say too
+        restamp(file, {"batchscore.precision": precision})
     next((tmp_path / "out/_batchscore/done").iterdir()).unlink()
     return job
 
