@@ -49,9 +49,13 @@ class Refused(ValueError):
     """A file batchscore will not read: a symbolic link, not a regular file, or over its cap
     (or, for a caller that vets who may change it, another user's)."""
 
-    def __init__(self, path: Path, problem: str, *, link: bool = False) -> None:
+    def __init__(
+        self, path: Path, problem: str, *, link: bool = False, vetted: bool = False
+    ) -> None:
         super().__init__(f"{path}: {problem}")
-        self.path, self.problem, self.link = path, problem, link
+        self.path, self.problem = path, problem
+        self.link = link  # a symbolic link
+        self.vetted = vetted  # refused by the caller's `vet`: someone else could change it
 
 
 def not_regular(mode: int) -> str | None:
@@ -81,9 +85,11 @@ def read_shared(
         raise
     try:
         info = os.fstat(fd)
-        problem = not_regular(info.st_mode) or (vet(info) if vet else None)
+        problem = not_regular(info.st_mode)
         if problem:
             raise Refused(path, problem)
+        if vet and (problem := vet(info)):
+            raise Refused(path, problem, vetted=True)
         if info.st_size > limit:
             raise Refused(path, f"holds {info.st_size:,} bytes, more than the {limit:,} read")
         data = bytearray()
@@ -144,20 +150,23 @@ def create_temp(final: Path) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, "no free temporary name beside it", str(final))
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """Write ``data`` whole to the open file and force it to disk."""
+def write_all(fd: int, data: bytes | memoryview, *, durable: bool = True) -> None:
+    """Write ``data`` whole to the open file and (``durable``) force it to disk."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-    os.fsync(fd)
+    if durable:
+        os.fsync(fd)
 
 
-def write_new(path: Path, data: bytes | memoryview) -> None:
+def write_new(path: Path, data: bytes | memoryview, *, durable: bool = True) -> None:
     """Make ``path`` (which must not exist: never a link, never someone's file) holding
-    ``data``, fsynced, through one descriptor."""
+    ``data``, fsynced unless not ``durable``, through one descriptor: a Python file object
+    adds a stat, a terminal check and a seek to each of the thousands of small files a group
+    commit writes."""
     fd = os.open(path, CREATE, 0o644)
     try:
-        write_all(fd, data)
+        write_all(fd, data, durable=durable)
     finally:
         os.close(fd)
 
