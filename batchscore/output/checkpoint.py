@@ -19,6 +19,7 @@ folder (rename) and in an object store (whole-object upload).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscore import faults
-from batchscore.errors import WriteError, write_error
+from batchscore.errors import BookkeepingError, WriteError, write_error
 from batchscore.output.manifest import is_ours, problem
 from batchscore.output.settled import Decision
 from batchscore.storage import Store, open_store
@@ -168,9 +169,10 @@ class Checkpoint:
                 raise write_error(self.store.where(next(iter(files))), exc) from exc
             self.write_many(files)
         except WriteError:
-            for rel, record in files.items():
-                self.store.delete(rel)
-                self.store.delete(record["file"])
+            for rel, record in files.items():  # as far as it goes: the error is the one above
+                for undo in (rel, record["file"]):
+                    with contextlib.suppress(OSError, WriteError):
+                        self.store.delete(undo)
             raise
         for _ in records:
             faults.hit("after-record")
@@ -220,11 +222,12 @@ class Checkpoint:
 
     def reports(self) -> Iterator[dict[str, Any]]:
         """Run reports, newest first (names start with the run's UTC start time); a damaged
-        one is skipped with a warning (it only ever described a run)."""
+        one, or one that is not read (a link, not a regular file, past the cap), is skipped
+        with a warning: it only ever described a run."""
         for name in sorted(fnmatch.filter(self.store.names(RUNS), "*.json"), reverse=True):
             try:
                 report = self.read_json(f"{RUNS}/{name}", ("outcome",))
-            except Damaged as exc:
+            except (Damaged, WriteError, BookkeepingError) as exc:
                 log.warning("%s; skipped", exc)
                 continue
             if report is not None:
