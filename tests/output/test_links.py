@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from batchscore.errors import WriteError
 from batchscore.job.load import load_job
 from batchscore.recipes.driver import run_job
+from batchscore.storage.layout import staged_name
 from batchscore.storage.local import LocalStore
 from batchscore.storage.store import READ_LIMIT
 from tests.commands import invoke
@@ -273,3 +274,29 @@ def test_a_bookkeeping_file_that_is_not_a_regular_file_stops_the_run_as_damaged(
     assert f"{planted}: " in result.stderr
     assert "not a regular file" in result.stderr or "bytes, more than" in result.stderr
     assert what_is_at(planted) == there
+
+
+@pytest.mark.parametrize("operation", ["write_json", "write_many", "stage"])
+def test_a_hard_link_at_a_temporary_name_is_never_written_through(tmp_path: Path, operation):
+    """``O_NOFOLLOW`` stops a symbolic link, not a hard link: a temporary file is made new
+    (``O_EXCL``), so a hard link planted at the name it would take (the old ``.NAME.<pid>.tmp``,
+    or a staged chunk's) is never truncated and written into."""
+    out, victim = tmp_path / "out", tmp_path / "victim"
+    victim.write_text("precious\n")
+    store = LocalStore(out)
+    store.prepare("_batchscore/done")
+    done = out / "_batchscore/done"
+    os.link(victim, done / f".k.json.{os.getpid()}.tmp")
+    staged = store.staging / staged_name("part-0123456789abcdef-00000.parquet", os.getpid())
+    os.link(victim, staged)
+    if operation == "stage":
+        with pytest.raises(FileExistsError):
+            store.stage(staged, b"PAR1")
+    else:
+        write = {"write_json": store.write_json, "write_many": store.write_many}[operation]
+        if operation == "write_json":
+            write("_batchscore/done/k.json", {"x": 1})
+        else:
+            write({"_batchscore/done/k.json": {"x": 1}})
+        assert json.loads((done / "k.json").read_text()) == {"x": 1}
+    assert victim.read_text() == "precious\n" and victim.stat().st_nlink == 3
