@@ -180,11 +180,15 @@ class Checkpoint:
 
     def forget(self, key: str, record: dict[str, Any]) -> None:
         """Un-commit a chunk: drop its record first, so a crash in between leaves only an
-        unrecorded file, then the files the record names (batchscore's by the record)."""
+        unrecorded file, then the files the record names (batchscore's by the record). One
+        that cannot be removed (a folder now stands at its name) stops the run naming it."""
         self.store.delete(record_name(key))
         self.store.barrier(DONE)
-        self.store.delete(record["file"])
-        self.store.delete(rejected_name(key))
+        for rel in (record["file"], rejected_name(key)):
+            try:
+                self.store.delete(rel)
+            except OSError as exc:
+                raise write_error(self.store.where(rel), exc) from exc
 
     def sweep(self) -> list[str]:
         """Clean up after an interrupted run; return what was removed.

@@ -224,15 +224,15 @@ class LocalStore:
 
     def size(self, rel: str) -> int | None:
         try:
-            return (self.root / rel).stat().st_size
+            return self.path(rel).stat().st_size  # a link there is refused, not followed
         except FileNotFoundError:
             return None
 
     def open_input(self, rel: str) -> BinaryIO:
-        return (self.root / rel).open("rb")
+        return self.path(rel).open("rb")
 
     def tail(self, rel: str, count: int) -> bytes:
-        with (self.root / rel).open("rb") as fh:
+        with self.path(rel).open("rb") as fh:
             fh.seek(max(fh.seek(0, os.SEEK_END) - count, 0))
             return fh.read(count)
 

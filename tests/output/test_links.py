@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from batchscore.errors import WriteError
 from batchscore.job.load import load_job
 from batchscore.recipes.driver import run_job
-from batchscore.storage.layout import staged_name
+from batchscore.storage.layout import chunk_key, part_name, shard_key, staged_name
 from batchscore.storage.local import LocalStore
 from batchscore.storage.store import READ_LIMIT
 from tests.commands import invoke
@@ -139,13 +139,14 @@ PLACES = {
     "intent": "_batchscore/writing/{record}",
     "run report": "_batchscore/runs/{report}",
     "retirement": "_batchscore/gone/20200101T000000.000000Z-1.json",
+    "data file": "{part}",  # read for its size and footer only
 }
 LISTED = {"commit record", "intent", "run report", "retirement"}  # found by listing a folder,
 # which leaves out what is not a regular file (or a link to one): never opened
 THINGS = ["link to a file outside", "link to /dev/zero", "FIFO", "folder", "huge file"]
 HUGE = (READ_LIMIT + 1) * 2  # sparse: costs no disk
 COMMANDS = {  # what each command is given, and the exit statuses it may end with
-    "run": (["--progress", "off"], {0, 6, 10}),
+    "run": (["--progress", "off"], {0, 5, 6, 10}),  # 5: not a data file batchscore wrote
     "status": ([], {0, 6, 10}),
     "report": (["-o", "{root}/report.html"], {0, 2, 6, 10}),  # 2: no report left to draw
 }
@@ -186,10 +187,14 @@ def finished_folder(root: Path) -> tuple[Path, Path]:
 
 def plant_thing(out: Path, place: str, thing: str, outside: Path) -> Path:
     """Put ``thing`` at ``place`` in ``out`` (replacing what is there); return its path."""
-    record = sorted(p.name for p in (out / "_batchscore/done").glob("*.json"))[-1]
+    kept = shard_key(str((out.parent / "in/b.parquet").resolve()))  # a shard still input
+    record = f"{chunk_key(kept, 0)}.json"
     report = next((out / "_batchscore/runs").glob("*.json"), None)
-    rel = PLACES[place].format(record=record, report=report.name if report else "x.json")
+    rel = PLACES[place].format(
+        record=record, report=report.name if report else "x.json", part=part_name(record[:-5])
+    )
     path = out / rel
+    assert path.exists() or place not in ("commit record", "data file"), "replaces a real one"
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         path.unlink()
@@ -244,9 +249,12 @@ def test_whatever_is_planted_in_the_bookkeeping_is_never_followed_nor_waited_on(
     if result.exit_code and not (command == "report" and result.exit_code == 2):
         assert f"{planted}: " in result.stderr, result.stderr
     assert tree(outside) == before
-    if what_is_at(planted) != there:  # only a FIFO at a record's name, never opened, which the
-        assert thing == "FIFO" and place in LISTED  # run replaced with its own record
-        assert result.exit_code == 0 and planted.is_file() and json.loads(planted.read_text())
+    if what_is_at(planted) != there:  # replaced by batchscore's own file, at its own name:
+        assert result.exit_code == 0 and planted.is_file() and not planted.is_symlink()
+        if place == "data file":  # a changed data file is scored again (never opened)
+            assert command == "run" and thing != "folder" and "is damaged" in result.stderr
+        else:  # a FIFO at a record's name, never opened (nor listed)
+            assert thing == "FIFO" and place in LISTED and json.loads(planted.read_text())
 
 
 STOPS = [  # (place, thing): how a run meets it
