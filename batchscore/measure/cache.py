@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import platform
 import time
 from collections.abc import Mapping
@@ -153,7 +152,12 @@ class DecisionCache:
         if self.path is None or self.untrusted(self.path.parent):
             return {}
         try:
-            data = json.loads(read_shared(self.path, MAX_BYTES, self.untrusted_file) or b"{}")
+            text = read_shared(
+                self.path, MAX_BYTES, lambda info: writable_by_others(info, folder=False)
+            )
+            if text is None:
+                return {}
+            data = json.loads(text)
         except Refused as exc:
             self.warn_once(f"{exc}; not read, measuring again{ADVICE if exc.vetted else ''}")
             return {}
@@ -177,10 +181,6 @@ class DecisionCache:
         if problem:
             self.warn_once(f"{folder}: {problem}; not read, measuring again{ADVICE}")
         return problem is not None
-
-    @staticmethod
-    def untrusted_file(info: os.stat_result) -> str | None:
-        return writable_by_others(info, folder=False)
 
     def get(self, key: str) -> Entry | None:
         """The entry for ``key``; one that does not validate is ignored, with a warning."""
