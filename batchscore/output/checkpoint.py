@@ -246,7 +246,10 @@ class Checkpoint:
         if text is None:
             return None
         try:
+            text.encode("utf-8")  # a store keeps bytes that are not UTF-8 as lone surrogates
             data = json.loads(text)
+        except UnicodeEncodeError:
+            raise Damaged(self.store.where(rel), "not UTF-8 text") from None
         except ValueError as exc:
             raise Damaged(self.store.where(rel), f"not JSON: {exc}") from None
         missing = [k for k in keys if not isinstance(data, dict) or k not in data]

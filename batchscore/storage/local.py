@@ -211,7 +211,7 @@ class LocalStore:
                 "this, so it stopped without reading it: remove it (a --restart cannot, as "
                 "batchscore removes only what it wrote) and run again"
             ) from None
-        return None if data is None else data.decode("utf-8")
+        return None if data is None else data.decode("utf-8", "surrogateescape")
 
     def write_json(self, rel: str, data: Any) -> None:
         write_json(self.path(rel), data)

@@ -93,7 +93,7 @@ class ObjectStore:
                 "batchscore did not write it, so it stopped without using it: remove it and "
                 "run again"
             )
-        return None if data is None else data.decode("utf-8")
+        return None if data is None else data.decode("utf-8", "surrogateescape")
 
     def write_json(self, rel: str, data: Any) -> None:
         self.write_text(rel, json.dumps(data, indent=2, sort_keys=True) + "\n")

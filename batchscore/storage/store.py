@@ -34,7 +34,8 @@ class Store(Protocol):
         ...
 
     def read_text(self, rel: str) -> str | None:
-        """A bookkeeping file's text, or None when it does not exist.
+        """A bookkeeping file's text, or None when it does not exist (bytes that are not
+        UTF-8 come back as lone surrogates, for the reader to call the file damaged).
 
         Raises:
             WriteError: it is a symbolic link (never followed, as in every operation).

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.errors import OutputConflictError
-from batchscore.output.checkpoint import Checkpoint, fingerprint
+from batchscore.output.checkpoint import Checkpoint, Damaged, fingerprint
 from batchscore.output.claim import Identity, check_claim
 from batchscore.output.manifest import facts_of, problem
 from batchscore.storage.layout import part_name
@@ -117,3 +117,20 @@ def test_reports_are_pruned_oldest_first(tmp_path: Path, monkeypatch: pytest.Mon
             f"_batchscore/runs/2026010{i}T000000.000000Z-1.json", {"n": i, "outcome": "ok"}
         )
     assert [r["n"] for r in ckpt.reports()] == [4, 3, 2]
+
+
+def test_bookkeeping_that_is_not_utf8_is_damaged_never_a_traceback(tmp_path: Path):
+    """A byte that is not UTF-8 (a disk error, a binary file) in a commit record, a report or
+    the job record is damage, handled as a truncated file is."""
+    ckpt = Checkpoint(tmp_path / "out")
+    commit(ckpt, "0123456789abcdef-00000")
+    record = tmp_path / "out/_batchscore/done/0123456789abcdef-00000.json"
+    record.write_bytes(record.read_bytes().replace(b'"chunk"', b'"ch\xffunk"'))
+    (tmp_path / "out/_batchscore/runs").mkdir(exist_ok=True)
+    (tmp_path / "out/_batchscore/runs/x.json").write_bytes(b'{"outcome": "\xfe"}')
+    (tmp_path / "out/_batchscore/job.json").write_bytes(b'{"name": "\xff"}')
+    assert ckpt.committed() == {}
+    assert "not UTF-8 text" in ckpt.damaged["_batchscore/done/0123456789abcdef-00000.json"]
+    assert list(ckpt.reports()) == []
+    with pytest.raises(Damaged, match=r"job\.json: damaged \(not UTF-8 text\)"):
+        ckpt.job()
