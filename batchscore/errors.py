@@ -100,7 +100,8 @@ class EngineError(BatchscoreError):
 
 class BookkeepingError(BatchscoreError):
     """A bookkeeping file of the output folder is damaged, and the data files do not prove
-    what it said: the run cannot tell what is committed."""
+    what it said, or is not a file batchscore wrote (a FIFO, a device, a folder, past the
+    cap): the run cannot tell what is committed."""
 
     exit_code = 10
 
@@ -150,7 +151,7 @@ EXIT_CODES: dict[int, str] = {
     QualityGateError.exit_code: "the precision fails its quality gate against fp32; nothing scored",
     EngineError.exit_code: "the Ray cluster could not be reached, or its model actors kept dying",
     BookkeepingError.exit_code: "a bookkeeping file of the output folder is damaged beyond what "
-    "the data files prove; --restart starts over",
+    "the data files prove (--restart starts over), or is not a file batchscore wrote (remove it)",
     MetricsError.exit_code: "every row is committed, but the --metrics-file could not be written",
     OverLimitError.exit_code: "plan: the job is over a --max-wall-s or --max-tokens limit",
     IncompleteError.exit_code: "status --check: the output is not complete for the job as given",

@@ -42,7 +42,8 @@ RANKS = {
     "storage": 2,  # where an output folder lives, and every name in it
     "job": 1,  # the job file
     "observe": 1,  # counters, progress, logs, metrics, the report page
-    "errors": 0,  # what every room may use: the error root, fault hooks, the version, threads
+    "errors": 0,  # what every room may use: the error root, fault hooks, the version, threads,
+    "files": 0,  # and files in shared places (read safely, temp files made new)
     "faults": 0,
     "version": 0,
     "threads": 0,

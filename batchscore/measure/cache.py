@@ -30,11 +30,15 @@ from typing import Any
 import torch
 
 from batchscore.errors import WriteError
+from batchscore.files import Refused, read_shared, writable_by_others
 from batchscore.storage.local import write_json
 from batchscore.threads import available_cores
 
 log = logging.getLogger("batchscore")
 FILE = "decisions.json"
+# read at most this much: an entry is a few hundred bytes, so this is tens of thousands of
+# models, and a file past it (or a device that reads without end) is not a cache
+MAX_BYTES = 16 << 20
 FORMAT = 2  # entries of an older layout do not validate, and are measured again
 
 
@@ -123,6 +127,12 @@ def cache_key(
     return " | ".join([*parts, f"torch {torch.__version__}", *([runtime] if runtime else [])])
 
 
+ADVICE = (
+    ": make the cache folder and its decisions.json yours and writable only by you, or name "
+    "another folder ([quality].cache_dir, BATCHSCORE_CACHE_DIR)"
+)
+
+
 class DecisionCache:
     """`decisions.json` in ``folder`` (None: no cache, every run measures)."""
 
@@ -137,12 +147,19 @@ class DecisionCache:
             log.warning(message)
 
     def raw(self) -> dict[str, Any]:
-        """The file's entries as they are, by key; unreadable is empty, with a warning."""
-        if self.path is None:
+        """The file's entries as they are, by key; unreadable or untrusted is empty, with a
+        warning."""
+        if self.path is None or self.untrusted(self.path.parent):
             return {}
         try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
+            text = read_shared(
+                self.path, MAX_BYTES, lambda info: writable_by_others(info, folder=False)
+            )
+            if text is None:
+                return {}
+            data = json.loads(text)
+        except Refused as exc:
+            self.warn_once(f"{exc}; not read, measuring again{ADVICE if exc.vetted else ''}")
             return {}
         except (OSError, ValueError) as exc:
             self.warn_once(f"{self.path}: unreadable ({exc}); measuring again")
@@ -151,6 +168,19 @@ class DecisionCache:
             self.warn_once(f"{self.path}: not a JSON object; measuring again")
             return {}
         return data
+
+    def untrusted(self, folder: Path) -> bool:
+        """Whether another user could change the cache ``folder`` (said once); one that is not
+        there yet is made by this user. A file in a trusted folder that is not to be read
+        (someone else's, a link, a FIFO) is replaced by this user's own when the run keeps
+        what it measured."""
+        try:
+            problem = writable_by_others(folder.stat(), folder=True)
+        except OSError:
+            return False
+        if problem:
+            self.warn_once(f"{folder}: {problem}; not read, measuring again{ADVICE}")
+        return problem is not None
 
     def get(self, key: str) -> Entry | None:
         """The entry for ``key``; one that does not validate is ignored, with a warning."""
@@ -181,6 +211,8 @@ class DecisionCache:
         entries = {**self.raw(), key: Entry(entry.measured, entry.unusable, stamp).to_json()}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.untrusted(self.path.parent):
+                return  # nothing kept where someone else could change it
             write_json(self.path, entries)
         except (OSError, WriteError) as exc:
             log.warning("%s: cannot keep what was measured: %s", self.path, exc)

@@ -3,8 +3,11 @@
 The text format is prometheus_client's (`generate_latest`). The file is written here rather
 than by its `write_to_textfile`, which renames its temp file into place without an fsync: after
 a power cut the name could point at an empty file. Here it is atomic and durable (temp file,
-fsync, rename in the same folder), so the collector never reads half a file. prometheus_client
-is imported when metrics are written (about 60 ms), never by ``import batchscore``.
+fsync, rename in the same folder, the folder fsynced), so the collector never reads half a
+file. A textfile folder is often writable by a group, and the job is often root's cron: so the
+temporary file is made new at an unguessable name, never through a link or a file someone
+planted there (`batchscore.files.replace_durably`). prometheus_client is imported when metrics
+are written (about 60 ms), never by ``import batchscore``.
 
 Written at the end of every run, whatever its outcome. The last success time comes from the
 output's run reports, so it survives failed runs, lost metrics files and new hosts; a job that
@@ -15,12 +18,12 @@ batchscore_last_success_timestamp_seconds`` fires for it too.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from batchscore.errors import write_error
+from batchscore.files import replace_durably
 
 # name -> (help, the report key it reads); every one is a gauge labelled with the job's name
 METRICS = {
@@ -87,13 +90,7 @@ def write_metrics(path: Path, report: dict[str, Any], earlier: Iterable[dict[str
         with contextlib.suppress(OSError, ValueError):
             success_at = last_success(earlier)
     text = render(report, success_at)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        replace_durably(path, text.encode("utf-8"))
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise write_error(path, exc) from exc

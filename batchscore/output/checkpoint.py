@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscore import faults
-from batchscore.errors import WriteError, write_error
+from batchscore.errors import BookkeepingError, WriteError, write_error
 from batchscore.job.ranges import unusable
 from batchscore.output.manifest import is_ours, problem
 from batchscore.output.settled import Decision
@@ -199,7 +199,7 @@ class Checkpoint:
         except WriteError:
             for rel, record in files.items():  # as far as it can: the first error is the one
                 for each in (rel, record["file"]):
-                    with contextlib.suppress(WriteError):
+                    with contextlib.suppress(OSError, WriteError):
                         self.remove(each)
             raise
         for _ in records:
@@ -209,7 +209,8 @@ class Checkpoint:
     def forget(self, key: str, record: dict[str, Any]) -> None:
         """Un-commit a chunk: drop its record first, so a crash in between leaves only an
         unrecorded file, then the files the record names (batchscore's by the record, and
-        only at the chunk's own name: a record edited to name another file removes nothing)."""
+        only at the chunk's own name: a record edited to name another file removes nothing).
+        One that cannot be removed (a folder now stands at its name) stops the run naming it."""
         self.remove(record_name(key))
         self.barrier(DONE)
         if record["file"] == part_name(key):
@@ -302,11 +303,12 @@ class Checkpoint:
 
     def reports(self) -> Iterator[dict[str, Any]]:
         """Run reports, newest first (names start with the run's UTC start time); a damaged
-        one is skipped with a warning (it only ever described a run)."""
+        one, or one that is not read (a link, not a regular file, past the cap), is skipped
+        with a warning: it only ever described a run."""
         for name in sorted(fnmatch.filter(self.store.names(RUNS), "*.json"), reverse=True):
             try:
                 report = self.read_json(f"{RUNS}/{name}", ("outcome",))
-            except Damaged as exc:
+            except (Damaged, WriteError, BookkeepingError) as exc:
                 log.warning("%s; skipped", exc)
                 continue
             if report is not None:
@@ -321,7 +323,10 @@ class Checkpoint:
         if text is None:
             return None
         try:
+            text.encode("utf-8")  # a store keeps bytes that are not UTF-8 as lone surrogates
             data = json.loads(text)
+        except UnicodeEncodeError:
+            raise Damaged(self.store.where(rel), "not UTF-8 text") from None
         except ValueError as exc:
             raise Damaged(self.store.where(rel), f"not JSON: {exc}") from None
         missing = [k for k in keys if not isinstance(data, dict) or k not in data]

@@ -29,6 +29,7 @@ from batchscore.errors import LockHeldError, WriteError, write_error
 
 OPEN = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
 RECORD = b'{"pid": '  # how every holder's record starts (`json.dumps` of `holder`)
+RECORD_BYTES = 4096  # a record is a line of JSON: a lock file past this is not one
 
 
 @contextmanager
@@ -48,7 +49,7 @@ def hold_lock(path: Path, job_name: str, output: str | None = None) -> Iterator[
                 f"{output or path.parent.parent}: another run of this job holds the lock "
                 f"({describe_holder(fd)}); wait for it to finish, or stop it"
             ) from None
-        if not made and not is_record(os.pread(fd, 4096, 0)):
+        if not made and not is_record(fd):
             raise not_a_lock(path, "holds something other than a lock record")
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "job": job_name}
         holder["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -109,9 +110,12 @@ def open_in(folder: int, path: Path) -> tuple[int, bool]:
             raise write_error(path, exc) from exc
 
 
-def is_record(content: bytes) -> bool:
-    """Whether a lock file holds a holder's record, or nothing (a holder killed before it
-    wrote one, or a file system that lost it)."""
+def is_record(fd: int) -> bool:
+    """Whether the open lock file holds a holder's record, or nothing (a holder killed before
+    it wrote one, or a file system that lost it); a file past `RECORD_BYTES` holds neither."""
+    if os.fstat(fd).st_size > RECORD_BYTES:
+        return False
+    content = os.pread(fd, RECORD_BYTES, 0)
     return content.startswith(RECORD) or not content.strip(b"\0 \n")
 
 
@@ -126,7 +130,7 @@ def not_a_lock(path: Path, problem: str) -> WriteError:
 def describe_holder(fd: int) -> str:
     """Who holds the lock, from what the holder wrote into the lock file."""
     try:
-        holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        holder = json.loads(os.pread(fd, RECORD_BYTES, 0) or b"{}")
         return (
             f"pid {holder['pid']} on {holder['host']}, job {holder['job']}, "
             f"since {holder['started']}"

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from batchscore import faults
 from batchscore.errors import OutputConflictError, WriteError, write_error
+from batchscore.files import CREATE
 from batchscore.output.manifest import FileFacts, facts_of, facts_of_bytes
 from batchscore.storage import Store
 from batchscore.storage.layout import part_name, staged_name
@@ -77,7 +78,7 @@ class ChunkWriter:
     def spill(self) -> None:
         """Write the held windows to the staged file, creating it first if need be."""
         if self.writer is None:  # created here, never through a link planted at its name
-            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            fd = os.open(self.tmp, CREATE, 0o644)
             self.file = pa.PythonFile(os.fdopen(fd, "wb"), mode="w")
             self.writer = pq.ParquetWriter(self.file, self.schema)
         for table in self.held:

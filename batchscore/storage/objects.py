@@ -33,10 +33,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from batchscore.errors import WriteError
+from batchscore.errors import BookkeepingError, WriteError
+from batchscore.files import write_new
 from batchscore.storage.fs import to_url
 from batchscore.storage.private import private_folder, private_root
 from batchscore.storage.retry import GiveUp, Retry
+from batchscore.storage.store import READ_LIMIT
 from batchscore.storage.tail import TailFile, fetch_end
 
 UPLOADERS = 16  # a group commit's records: each is a request, so a few go at once
@@ -77,14 +79,21 @@ class ObjectStore:
         private_folder(self.staging)  # prefixes need no creating
 
     def read_text(self, rel: str) -> str | None:
-        def read() -> str | None:
+        def read() -> bytes | None:
             try:
                 with self.fs.open_input_stream(self.key(rel)) as fh:
-                    return fh.read().decode("utf-8")
+                    return fh.read(READ_LIMIT + 1)  # never more: see `READ_LIMIT`
             except FileNotFoundError:
                 return None
 
-        return self.retry.call(read, self.where(rel))
+        data = self.retry.call(read, self.where(rel))
+        if data is not None and len(data) > READ_LIMIT:
+            raise BookkeepingError(
+                f"{self.where(rel)}: holds more than the {READ_LIMIT:,} bytes read; "
+                "batchscore did not write it, so it stopped without using it: remove it and "
+                "run again"
+            )
+        return None if data is None else data.decode("utf-8", "surrogateescape")
 
     def write_json(self, rel: str, data: Any) -> None:
         self.write_text(rel, json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -141,8 +150,8 @@ class ObjectStore:
         """Nothing: the staged file is only a source for the upload, which is the durable step."""
 
     def stage(self, local: Path, data: pa.Buffer) -> None:
-        """Write the staged file (not fsynced: the upload is the durable step)."""
-        local.write_bytes(data)
+        """Write the staged file, made new (not fsynced: the upload is the durable step)."""
+        write_new(local, data, durable=False)
 
     def publish(self, local: Path, rel: str, *, durable: bool = True) -> None:
         """An upload is durable when it returns, whatever ``durable`` asks."""

@@ -8,6 +8,11 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
 
+# The most of a bookkeeping file `Store.read_text` reads. The largest batchscore writes is a
+# --restart's list, about 100 bytes a chunk: this is millions of chunks, and a file past it was
+# not written by batchscore (nor is it read into memory, a few threads at once).
+READ_LIMIT = 256 << 20
+
 
 class Store(Protocol):
     """An output folder. ``rel`` paths are relative to it, with ``/`` separators."""
@@ -29,7 +34,15 @@ class Store(Protocol):
         ...
 
     def read_text(self, rel: str) -> str | None:
-        """A file's text, or None when it does not exist."""
+        """A bookkeeping file's text, or None when it does not exist (bytes that are not
+        UTF-8 come back as lone surrogates, for the reader to call the file damaged).
+
+        Raises:
+            WriteError: it is a symbolic link (never followed, as in every operation).
+            BookkeepingError: it is not a regular file (a FIFO, a device, a folder), or it
+                holds more than `READ_LIMIT` bytes: batchscore did not write it, and reads
+                nothing of it.
+        """
         ...
 
     def write_json(self, rel: str, data: Any) -> None:

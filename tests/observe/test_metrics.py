@@ -4,15 +4,20 @@ success time survives a failed run."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from batchscore.cli import main
-from batchscore.observe.metrics import last_success, render
+from batchscore.observe.metrics import last_success, render, write_metrics
+from tests.commands import invoke
 from tests.conftest import ROOT
+from tests.output.tiny import tiny_job, write_shard
 from tests.reliability import make_job
 
 SAMPLE = re.compile(r'^(batchscore_[a-z_]+)\{job="([^"\\]|\\.)*"\} (\S+)$')
@@ -112,3 +117,88 @@ def test_a_job_that_never_succeeded_fires_the_alert(tmp_path: Path, small_corpus
 
 def before_now(stamp: float) -> bool:
     return time.time() - 60 <= stamp <= time.time()
+
+
+def plant_at_temp_names(folder: Path, name: str, victim: Path, kind: str) -> list[Path]:
+    """What a neighbour with write access to a shared textfile folder can plant where a run's
+    temporary file would go: a symbolic link or a hard link to ``victim`` at the names this
+    process (and the next PIDs) would have used."""
+    planted = []
+    for pid in range(os.getpid(), os.getpid() + 20):
+        place = folder / f".{name}.{pid}.tmp"
+        if kind == "symbolic link":
+            place.symlink_to(victim)
+        else:
+            os.link(victim, place)
+        planted.append(place)
+    return planted
+
+
+REPORT = {"job": "j", "rows": 5, "outcome": "ok", "started": 100.0, "wall_s": 1.0}
+
+
+@pytest.mark.parametrize("kind", ["symbolic link", "hard link"])
+def test_a_link_planted_at_a_temp_name_is_never_written_through(tmp_path: Path, kind: str):
+    """A root cron job writes metrics into a group-writable textfile folder: a link planted
+    at the temporary file's name must not make it overwrite the file the link points to."""
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    folder.chmod(0o2777)
+    victim = tmp_path / "shadow"
+    victim.write_text("root:x:0:0:the file a neighbour wants overwritten\n")
+    planted = plant_at_temp_names(folder, "embed.prom", victim, kind)
+    metrics = folder / "embed.prom"
+
+    write_metrics(metrics, REPORT, [])
+
+    assert victim.read_text() == "root:x:0:0:the file a neighbour wants overwritten\n"
+    assert parse(metrics.read_text())["batchscore_rows"] == 5
+    assert os.stat(metrics).st_ino != os.stat(victim).st_ino
+    assert all(p.is_symlink() or p.samefile(victim) for p in planted)  # left as they were
+    assert set(folder.iterdir()) == {metrics, *planted}  # no temporary file left behind
+
+
+def test_the_command_line_never_writes_through_a_planted_link(tmp_path: Path):
+    """The issue's case end to end: ``run --metrics-file`` (here in this process, so the PIDs
+    the links are planted at are the run's own)."""
+    job = tiny_job(tmp_path)
+    write_shard(tmp_path / "in/a.parquet", 5)
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    planted = plant_at_temp_names(folder, "job.prom", victim, "symbolic link")
+
+    result = invoke(
+        "run", str(job), "--progress", "off", "--metrics-file", str(folder / "job.prom")
+    )
+
+    assert result.exit_code == 0, result.output
+    assert victim.read_text() == "precious\n" and all(p.is_symlink() for p in planted)
+    assert parse((folder / "job.prom").read_text())["batchscore_rows"] == 5
+
+
+def test_the_metrics_file_is_renamed_into_place_then_its_folder_fsynced(
+    tmp_path: Path, monkeypatch
+):
+    """ "Atomic and durable": the rename itself must reach the disk, so the folder is fsynced
+    after it. Watched through `os.fsync` and `os.replace`, which still do their work (a power
+    cut cannot be made here)."""
+    events: list[tuple[str, int]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def watched_fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        events.append(("fsync folder" if stat.S_ISDIR(info.st_mode) else "fsync file", info.st_ino))
+        fsync(fd)
+
+    def watched_replace(src, dst) -> None:
+        replace(src, dst)
+        events.append(("rename", os.stat(dst).st_ino))
+
+    monkeypatch.setattr(os, "fsync", watched_fsync)
+    monkeypatch.setattr(os, "replace", watched_replace)
+    metrics = tmp_path / "embed.prom"
+    write_metrics(metrics, REPORT, [])
+    file, folder = os.stat(metrics).st_ino, os.stat(tmp_path).st_ino
+    assert events == [("fsync file", file), ("rename", file), ("fsync folder", folder)]

@@ -11,7 +11,7 @@ import pytest
 
 from batchscore import faults
 from batchscore.errors import OutputConflictError, WriteError
-from batchscore.output.checkpoint import Checkpoint, fingerprint
+from batchscore.output.checkpoint import Checkpoint, Damaged, fingerprint
 from batchscore.output.claim import Identity, check_claim
 from batchscore.output.manifest import facts_of, problem, success_text
 from batchscore.storage.layout import part_name
@@ -196,3 +196,20 @@ def test_a_record_edited_to_name_another_file_forgets_without_removing_it(tmp_pa
     (tmp_path / "notes.txt").write_text("mine")
     ckpt.forget(f"{A}-00000", {**record, "file": "notes.txt"})
     assert ckpt.committed() == {} and (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_bookkeeping_that_is_not_utf8_is_damaged_never_a_traceback(tmp_path: Path):
+    """A byte that is not UTF-8 (a disk error, a binary file) in a commit record, a report or
+    the job record is damage, handled as a truncated file is."""
+    ckpt = Checkpoint(tmp_path / "out")
+    commit(ckpt, "0123456789abcdef-00000")
+    record = tmp_path / "out/_batchscore/done/0123456789abcdef-00000.json"
+    record.write_bytes(record.read_bytes().replace(b'"chunk"', b'"ch\xffunk"'))
+    (tmp_path / "out/_batchscore/runs").mkdir(exist_ok=True)
+    (tmp_path / "out/_batchscore/runs/x.json").write_bytes(b'{"outcome": "\xfe"}')
+    (tmp_path / "out/_batchscore/job.json").write_bytes(b'{"name": "\xff"}')
+    assert ckpt.committed() == {}
+    assert "not UTF-8 text" in ckpt.damaged["_batchscore/done/0123456789abcdef-00000.json"]
+    assert list(ckpt.reports()) == []
+    with pytest.raises(Damaged, match=r"job\.json: damaged \(not UTF-8 text\)"):
+        ckpt.job()

@@ -76,6 +76,9 @@ def plant(lock: Path, how: str, victim: Path) -> None:
         os.mkfifo(lock)
     elif how == "folder":
         lock.mkdir()
+    elif how == "huge file of zeros":  # reads as "nothing" at its start, but is not a record
+        with lock.open("wb") as fh:
+            fh.truncate(1 << 30)
 
 
 @pytest.mark.parametrize(
@@ -87,6 +90,7 @@ def plant(lock: Path, how: str, victim: Path) -> None:
         ("foreign file", "holds something other than a lock record"),
         ("fifo", "is not a plain file"),
         ("folder", "is not a plain file"),
+        ("huge file of zeros", "holds something other than a lock record"),
     ],
 )
 def test_a_planted_lock_is_refused_and_left_as_it_is(tmp_path: Path, how: str, said: str):
@@ -104,6 +108,8 @@ def test_a_planted_lock_is_refused_and_left_as_it_is(tmp_path: Path, how: str, s
     assert os.path.lexists(lock)  # left where it was, for the user to see
     if how == "foreign file":
         assert lock.read_text() == VICTIM
+    if how == "huge file of zeros":
+        assert lock.stat().st_size == 1 << 30
 
 
 def test_the_lock_folder_is_never_reached_through_a_link(tmp_path: Path):
