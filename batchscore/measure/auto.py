@@ -3,11 +3,14 @@
 The quality gate needs fp32's results on the job's first rows whatever precision is chosen, so
 fp32 scores them first. That pass is the run's own work (the run adopts its model and its
 results when fp32 stays) and it times fp32 on this machine, now, whatever else the machine is
-doing. A faster precision is then tried only while what it is expected to save on the rest of
-this job exceeds what trying it costs: its load, int8's calibration and its own pass over the
-sample. Before it is tried its speed is a guess, as a multiple of fp32's: the ratio this machine
-measured for the model before (`batchscore.measure.cache`), else what the device's units
-promise (`Precision.speedup`). Once tried, it is judged by the gate and by its measured speed.
+doing. A faster precision is then tried only where what it is expected to save on the rest of
+this job exceeds what trying it costs (its load, int8's whole calibration and its own pass over
+the sample), and trying it keeps measuring within a tenth of the job's time however it turns
+out (`batchscore.measure.spend`), the one with the most to gain first. Before it is tried its
+speed is a guess, as a multiple of fp32's: the ratio this machine measured for the model before
+(`batchscore.measure.cache`), else what the device's units promise (`Precision.speedup`). Once
+tried, it is judged by the gate and by its measured speed, and what it measured (its speed, its
+load) replaces the guesses for the rest of the choice.
 
 A few hundred rows are therefore scored in fp32 with nothing measured beyond the gate's own
 pass; a large job tries bf16 or int8 and keeps the one that is faster and passes.
@@ -15,7 +18,9 @@ pass; a large job tries bf16 or int8 and keeps the one that is faster and passes
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +29,14 @@ import pyarrow as pa
 
 from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job
+from batchscore.measure.budget import model_shape
 from batchscore.measure.cache import Measured
 from batchscore.measure.gate import Trial, judge, trial
-from batchscore.measure.load import CALIBRATION_PASSES, trial_budget
+from batchscore.measure.load import trial_budget
+from batchscore.measure.spend import Ledger, Prospect, next_to_try, weigh
 from batchscore.models.tasks import generates
 from batchscore.output.settled import Chosen
+from batchscore.precision.int8 import search_passes
 from batchscore.precision.table import available, precision
 from batchscore.runtime.device import resolve_device
 
@@ -36,6 +44,7 @@ from batchscore.runtime.device import resolve_device
 DETAIL = {"detail": True}
 log = logging.getLogger("batchscore")
 OPENVINO_GAIN = 1.2  # OpenVINO's fp32 over torch's, per token (1.14-1.3x, BENCHMARKS.md)
+SEARCH_LAYERS = 64  # Linear layers int8's search is weighed for where the config does not say
 
 
 def measured(candidate: Trial, reference: Trial) -> Measured:
@@ -58,53 +67,6 @@ class Auto:
     unusable: dict[str, str]  # precisions this model cannot run at all, and why
 
 
-@dataclass(frozen=True)
-class Outlook:
-    """One precision weighed before it is tried: seconds it is expected to save on the rest of
-    the job against the current choice, and seconds trying it is expected to cost."""
-
-    name: str
-    speedup: float
-    saving_s: float
-    cost_s: float
-    guessed: bool  # the speedup is the device's promise, not a measurement
-
-    @property
-    def worth_trying(self) -> bool:
-        return self.saving_s > self.cost_s
-
-    def describe(self) -> str:
-        basis = "the device's guess" if self.guessed else "measured here before"
-        return (
-            f"{self.name}: not tried (at {self.speedup:.2f}x fp32, {basis}, it would save "
-            f"~{self.saving_s:.1f} s on this job's other rows; trying it costs "
-            f"~{self.cost_s:.1f} s)"
-        )
-
-
-def outlook(
-    name: str,
-    device: Any,
-    *,
-    reference: Trial,
-    left_tokens: float,
-    best_speed: float,
-    known: Measured | None,
-) -> Outlook:
-    """Weigh ``name`` against the current best (``best_speed`` padded tokens/s) for the rest
-    of the job (``left_tokens``), from fp32's ``reference`` pass over the sample."""
-    guessed = known is None
-    speedup = guessed_speedup(name, device, reference) if known is None else known.speedup
-    speed = reference.tokens_per_s * speedup
-    saving = left_tokens / max(best_speed, 1e-9) - left_tokens / max(speed, 1e-9)
-    sample_tokens = reference.tokens_per_row * reference.rows
-    load = reference.load_s if known is None else known.load_s
-    fp32 = reference.tokens_per_s
-    calibrate = calibration_s(name, sample_tokens, fp32=fp32, speed=speed, known=known)
-    cost = load + calibrate + sample_tokens / speed
-    return Outlook(name, speedup, saving, cost, guessed)
-
-
 def guessed_speedup(name: str, device: Any, reference: Trial) -> float:
     """``name``'s speed over fp32 before it is tried: what the device's units promise, less
     OpenVINO's own gain where fp32 ran on OpenVINO and ``name`` would not (int8 without VNNI:
@@ -117,17 +79,63 @@ def guessed_speedup(name: str, device: Any, reference: Trial) -> float:
 
 
 def calibration_s(
-    name: str, sample_tokens: float, *, fp32: float, speed: float, known: Measured | None
+    name: str,
+    sample_tokens: float,
+    *,
+    fp32: float,
+    speedup: float,
+    runtime: str,
+    layers: int | None,
+    known: Measured | None,
 ) -> float:
     """Seconds ``name``'s calibration is expected to take on the gate's sample (none for a
-    precision that needs none): as measured here before, or half the sample once in fp32
-    (``fp32`` padded tokens/s) and `CALIBRATION_PASSES` times at ``speed``."""
+    precision that needs none): as measured here before, else every pass it can run (see
+    `batchscore.precision.int8`), each over half the sample in torch (``fp32`` is the reference's
+    padded tokens/s on ``runtime``): the fp32 pass that records each Linear's inputs, the
+    all-int8 pass with each layer's float twin beside it, and at most `search_passes` mixed ones
+    and the all-float one where layers must stay in float. Counted whole, so a precision is
+    tried only where even its longest calibration fits (`batchscore.measure.spend`)."""
     if not precision(name).calibrated:
         return 0.0
     if known is not None and known.calibrate_s:
         return known.calibrate_s * sample_tokens / 1000
+    torch_fp32 = fp32 / OPENVINO_GAIN if runtime == "openvino" else fp32
+    int8 = torch_fp32 * speedup
     half = sample_tokens / 2
-    return half / max(fp32, 1e-9) + CALIBRATION_PASSES * half / max(speed, 1e-9)
+    passes = 2 / torch_fp32 + 1 / int8  # the fp32 pass; the int8 pass and its float twins
+    search = search_passes(layers or SEARCH_LAYERS)
+    passes += search * 2 / (torch_fp32 + int8) + 1 / torch_fp32  # mixed, then all float
+    return half * passes
+
+
+def prospects(
+    names: list[str],
+    device: Any,
+    *,
+    reference: Trial,
+    sample_tokens: float,
+    known: dict[str, Measured],
+    layers: int | None,
+) -> list[Prospect]:
+    """Each candidate as it is expected to run, before it is tried: what this machine
+    measured for it before, else the device's promise, fp32's load as just measured and the
+    whole calibration."""
+    found = []
+    for name in names:
+        was = known.get(name)
+        speedup = was.speedup if was else guessed_speedup(name, device, reference)
+        calibrate = calibration_s(
+            name,
+            sample_tokens,
+            fp32=reference.tokens_per_s,
+            speedup=speedup,
+            runtime=reference.runtime,
+            layers=layers,
+            known=was,
+        )
+        load = was.load_s if was else reference.load_s
+        found.append(Prospect(name, speedup, load, calibrate, guessed=was is None))
+    return found
 
 
 def choose_auto(
@@ -139,7 +147,8 @@ def choose_auto(
     known: dict[str, Measured],
     unusable: dict[str, str],
 ) -> Auto:
-    """Score the sample in fp32, then try each faster precision while it can pay for itself.
+    """Score the sample in fp32, then try faster precisions while one pays for itself within
+    the spending rule (`batchscore.measure.spend`), the most promising first.
 
     ``rows``: how many rows the run will score (None: only the sample). ``known``: this
     machine's earlier measurements by precision; ``unusable``: precisions this model cannot run
@@ -152,49 +161,69 @@ def choose_auto(
     if generates(job.model, model_path):
         candidates = [p for p in candidates if precision(p).generates]
     left_rows = max((rows if rows is not None else table.num_rows) - table.num_rows, 0)
-    left_tokens = left_rows * reference.tokens_per_row
-    best, best_speed = reference, reference.tokens_per_s
+    sample_tokens = reference.tokens_per_row * reference.rows
+    shape = model_shape(model_path)
+    waiting = prospects(
+        candidates,
+        device,
+        reference=reference,
+        sample_tokens=sample_tokens,
+        known=known,
+        layers=shape.linear_layers if shape else None,
+    )
+    ledger = Ledger(
+        fp32_speed=reference.tokens_per_s,
+        own_s=reference.load_s + reference.cold_s,
+        sample_tokens=sample_tokens,
+        left_tokens=left_rows * reference.tokens_per_row,
+    )
+    best = reference
     lines = [reference.describe()]
     tried: dict[str, Trial] = {}
     unusable = dict(unusable)
-
-    def guess(name: str) -> Outlook:
-        return outlook(
-            name,
-            device,
-            reference=reference,
-            left_tokens=left_tokens,
-            best_speed=best_speed,
-            known=known.get(name),
-        )
-
-    for name in sorted(candidates, key=lambda n: -guess(n).speedup):
-        weighed = guess(name)
-        if not weighed.worth_trying:
-            lines.append(weighed.describe())
-            log.info("precision auto: %s", lines[-1], extra=DETAIL)
-            continue
+    while waiting:
+        weighed, others = next_to_try(waiting, ledger)
+        if weighed is None:
+            break
+        waiting = [w.prospect for w in others]
+        name = weighed.prospect.name
+        started = time.perf_counter()
         try:
             candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=False)
-        except QualityGateError as exc:  # int8's calibration could not keep the promise
-            lines.append(f"{name}: fails the quality gate ({exc})")
+        except (QualityGateError, ModelError) as exc:
+            # the gate: int8's calibration could not keep the promise; the model: int8 found no
+            # Linear layer, the model's nature, kept so later jobs do not try again
+            gate = isinstance(exc, QualityGateError)
+            lines.append(f"{name}: {'fails the quality gate' if gate else 'cannot run this model'}"
+                         f" ({exc})")  # fmt: skip
             log.info("precision auto: %s", lines[-1], extra=DETAIL)
-            continue
-        except ModelError as exc:  # int8 found no Linear layer: the model's nature, kept
-            lines.append(f"{name}: cannot run this model ({exc})")
-            log.info("precision auto: %s", lines[-1], extra=DETAIL)
-            unusable[name] = str(exc)
+            if not gate:
+                unusable[name] = str(exc)
+            spent = time.perf_counter() - started
+            ledger = ledger.after(won=False, cost_s=spent)
             continue
         candidate.agreement = judge(reference, candidate, job.quality)
         tried[name] = candidate
         lines.append(candidate.describe())
         log.info("quality gate: %s", lines[-1])
-        if candidate.agreement.passed and candidate.tokens_per_s > best_speed:
+        won = candidate.agreement.passed and candidate.tokens_per_s > best.tokens_per_s
+        ledger = ledger.after(
+            won=won,
+            speedup=candidate.tokens_per_s / max(reference.tokens_per_s, 1e-9),
+            cost_s=candidate.load_s + candidate.cold_s,
+            calibrate_s=candidate.calibrate_s,
+        )
+        if won:
             if best is not reference:
                 best.unload()
-            best, best_speed = candidate, candidate.tokens_per_s
+            best = candidate
         else:
             candidate.unload()
+        # what this run measured replaces the guesses: a load here took this long
+        waiting = [measured_load(p, candidate.load_s - candidate.calibrate_s) for p in waiting]
+    for weighed in sorted((weigh(p, ledger) for p in waiting), key=lambda w: -w.net_s):
+        lines.append(weighed.describe())
+        log.info("precision auto: %s", lines[-1], extra=DETAIL)
     if best is not reference:
         reference.unload()
     why = (
@@ -212,3 +241,10 @@ def choose_auto(
         },
     )
     return Auto(best, record, {n: measured(t, reference) for n, t in tried.items()}, unusable)
+
+
+def measured_load(prospect: Prospect, load_s: float) -> Prospect:
+    """``prospect`` with a load guessed from one this run measured (unless its own was known)."""
+    if not prospect.guessed:
+        return prospect
+    return dataclasses.replace(prospect, load_s=max(prospect.load_s, load_s))

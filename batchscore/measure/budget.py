@@ -35,6 +35,7 @@ DEFAULT = 8192  # a model whose shape no config tells (a TorchScript file, a ten
 HIDDEN = ("hidden_size", "d_model", "n_embd", "dim")
 WIDEST = ("intermediate_size", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "ffn_dim")
 HEADS = ("num_attention_heads", "num_heads", "n_head", "encoder_attention_heads")
+LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,13 @@ class Shape:
     widest: int
     heads: int
     positions: int | None = None  # the position table's length, where the model has one
+    layers: int | None = None  # transformer blocks, where the config says
+
+    @property
+    def linear_layers(self) -> int | None:
+        """Its Linear layers, as a transformer block has six (query, key, value, output, and
+        the feed-forward's two), and two more for a pooler or head; None where unknown."""
+        return 6 * self.layers + 2 if self.layers else None
 
     def bytes_per_token(self, length: int, element: int) -> int:
         """Activation bytes one token costs in a batch of rows ``length`` tokens long."""
@@ -75,7 +83,7 @@ def shape_of(config: dict[str, Any]) -> Shape | None:
     if hidden is None:
         return None
     positions = first(("max_position_embeddings", "n_positions", "n_ctx"))
-    return Shape(hidden, first(WIDEST) or 4 * hidden, first(HEADS) or 1, positions)
+    return Shape(hidden, first(WIDEST) or 4 * hidden, first(HEADS) or 1, positions, first(LAYERS))
 
 
 def power_of_two_below(value: float) -> int:

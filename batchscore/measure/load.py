@@ -27,9 +27,6 @@ from batchscore.runtime.executor import Executor
 
 log = logging.getLogger("batchscore")
 TRIAL_BUDGET = 8192  # budget for trials and calibration when max_tokens is itself "auto"
-# int8 passes a calibration is expected to take beyond its fp32 one, for weighing it before it
-# runs: one all-int8 pass, and a search (`search_passes`) where some layers must stay float
-CALIBRATION_PASSES = 2
 
 
 def trial_budget(job: Job) -> int:

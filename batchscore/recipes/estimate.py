@@ -27,12 +27,13 @@ import pyarrow as pa
 
 from batchscore.errors import OverLimitError
 from batchscore.job.sections import Job
-from batchscore.measure.auto import calibration_s, guessed_speedup, outlook
+from batchscore.measure.auto import calibration_s, prospects
 from batchscore.measure.budget import longest_unit, model_shape, shape_budget
 from batchscore.measure.cache import DecisionCache, Entry
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
 from batchscore.measure.settle import concrete, machine_key
+from batchscore.measure.spend import Ledger, next_to_try
 from batchscore.models.locate import locate, model_identity
 from batchscore.models.tasks import generates
 from batchscore.observe.phases import describe
@@ -223,13 +224,26 @@ class Spend:
                     f"fp32's speed, from {name}'s as the device's guess ({speedup:.2f}x)"
                 )
             fp32 = self.rate / max(speedup, 1e-9)
-            calibrating = calibration_s(name, self.sample, fp32=fp32, speed=self.rate, known=known)
+            calibrating = calibration_s(
+                name,
+                self.sample,
+                fp32=fp32,
+                speedup=speedup,
+                runtime=self.runtime,
+                layers=self.layers,
+                known=known,
+            )
             parts["measuring"] = self.load_s + self.sample / fp32 + calibrating
         return {"parts": parts, "precision": name, "guesses": guesses, "speed": self.rate}
 
+    @property
+    def layers(self) -> int | None:
+        shape = model_shape(self.model_path)
+        return shape.linear_layers if shape else None
+
     def auto(self, entry: Entry) -> dict[str, Any]:
-        """An unsettled "auto": fp32 first, then each faster precision worth trying, as
-        `batchscore.measure.auto.choose_auto` weighs them (each tried one expected to pass)."""
+        """An unsettled "auto": fp32 first, then each faster precision as the run weighs it
+        (`batchscore.measure.spend`), each tried one expected to pass at its expected speed."""
         device = resolve_device(self.job.model.device)
         reference = Trial(
             "fp32",
@@ -243,7 +257,6 @@ class Spend:
             tokens_per_row=self.sample,
             runtime=self.runtime,
         )
-        left = max(self.padded - self.sample, 0.0)
         generating = generates(self.job.model, self.model_path)
         candidates = [
             p
@@ -252,30 +265,41 @@ class Spend:
             and p not in entry.unusable
             and (precision(p).generates or not generating)
         ]
-        speed, chosen, measuring, guesses = self.rate, "fp32", 0.0, []
-
-        def speedup(name: str) -> float:
-            known = entry.measured.get(name)
-            return known.speedup if known else guessed_speedup(name, device, reference)
-
-        ranked = sorted(candidates, key=lambda n: -speedup(n))
-        for name in ranked:
-            weighed = outlook(
-                name,
-                device,
-                reference=reference,
-                left_tokens=left,
-                best_speed=speed,
-                known=entry.measured.get(name),
+        waiting = prospects(
+            candidates,
+            device,
+            reference=reference,
+            sample_tokens=self.sample,
+            known=entry.measured,
+            layers=self.layers,
+        )
+        ledger = Ledger(
+            fp32_speed=self.rate,
+            sample_tokens=self.sample,
+            left_tokens=max(self.padded - self.sample, 0.0),
+            own_s=self.load_s + self.sample / self.rate,
+        )
+        chosen, loading, guesses = "fp32", self.load_s, []
+        while waiting:
+            weighed, others = next_to_try(waiting, ledger)
+            if weighed is None:
+                break
+            waiting = [w.prospect for w in others]
+            tried = weighed.prospect
+            ledger = ledger.after(
+                won=True,
+                speedup=tried.speedup,
+                cost_s=weighed.cost_s,
+                calibrate_s=tried.calibrate_s,
             )
-            if not weighed.worth_trying:
-                continue
-            own_pass = self.sample / (self.rate * weighed.speedup)
-            measuring += self.sample / speed + weighed.cost_s - own_pass  # the last pass, wasted
-            speed, chosen = self.rate * weighed.speedup, name
-            if weighed.guessed:
-                guesses.append(f"{name}'s speed: the device's guess ({weighed.speedup:.2f}x fp32)")
-        parts = {"measuring": measuring, "loading": self.load_s, "scoring": self.padded / speed}
+            chosen, loading = tried.name, tried.load_s
+            if tried.guessed:
+                guess = f"the device's guess ({tried.speedup:.2f}x fp32)"
+                guesses.append(f"{tried.name}'s speed: {guess}")
+        speed = ledger.speed(ledger.best_speedup)
+        # the chosen one's pass over the sample, then the rest of the job
+        scoring = ledger.own_s - loading + ledger.left_tokens / speed
+        parts = {"measuring": ledger.sunk_s, "loading": loading, "scoring": scoring}
         return {"parts": parts, "precision": chosen, "guesses": guesses, "speed": speed}
 
 

@@ -164,14 +164,13 @@ def test_a_plan_over_mixed_layouts_and_bad_shards_names_the_bad_ones(embed_job: 
         assert "not a readable Parquet file" in failures["docs-004.parquet"]
 
 
-def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, small_corpus):
+def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, corpus):
     """An unsettled "auto": the estimate has each phase, scores at the precision the run is
     expected to choose, and says which speeds are guesses; with this machine's measurement in
-    the cache, the measured ratio replaces the guess."""
+    the cache, the measured ratio replaces the guess. The whole corpus: a job large enough
+    that trying a faster precision fits the spending rule."""
 
-    job = load_job(
-        make_job(tmp_path, small_corpus), ["model.precision=auto", "quality.sample_rows=16"]
-    )
+    job = load_job(make_job(tmp_path, corpus), ["model.precision=auto", "quality.sample_rows=16"])
     faster = [p for p in available(torch.device("cpu")) if p != "fp32"]
     cache = DecisionCache(tmp_path / "cache")
     cold = plan(job, cache=cache, startup_s=1.5)["estimate"]
