@@ -93,12 +93,18 @@ def problem(store: Store, record: dict[str, Any]) -> str | None:
 
 def written_for(store: Store, rel: str) -> dict[str, str]:
     """The ``batchscore.*`` key-value metadata in a file's Parquet footer ({} when it has none,
-    or is not Parquet): which job, fingerprint and chunk wrote it."""
+    is not Parquet, or cannot be read): which job, fingerprint and chunk wrote it."""
     try:
-        with store.open_input(rel) as fh:
-            meta = pq.read_metadata(fh).metadata or {}
+        return footer_keys(store, rel)
     except (OSError, ValueError, pa.ArrowException):
         return {}
+
+
+def footer_keys(store: Store, rel: str) -> dict[str, str]:
+    """`written_for`'s metadata, raising what reading it raised (for a caller that must tell a
+    file that proves nothing from one that cannot be read now)."""
+    with store.open_input(rel) as fh:
+        meta = pq.read_metadata(fh).metadata or {}
     return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"batchscore.")}
 
 

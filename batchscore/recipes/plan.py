@@ -26,7 +26,7 @@ from batchscore.models.base import Encoding
 from batchscore.models.fingerprint import identity
 from batchscore.models.tasks import encoding, input_kinds
 from batchscore.output.checkpoint import Checkpoint, Damaged
-from batchscore.output.claim import conflict as claim_conflict
+from batchscore.output.claim import refusal as claim_refusal
 from batchscore.output.pending import pending_work
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens
@@ -91,10 +91,12 @@ def plan_job(
     conflict = None
     if ckpt.claimed():  # what a run would refuse (exit 5), or find damaged (the run repairs)
         try:
-            refusal = claim_conflict(ckpt.output, ckpt.job(), who)
+            ckpt.job()
         except Damaged as exc:
-            refusal = exc
-        conflict = str(refusal) if refusal is not None else None
+            conflict = str(exc)
+        # as `status` judges it: a model file gone since is the model's error (exit 4), and a
+        # job record the data files prove is no conflict (the run rewrites it)
+        conflict = claim_refusal(ckpt, who) or conflict
     task_encoding = encoding(model_path, model=job.model, options=job.task, inp=job.input)
     to_read = sum(c.rows for c in todo.chunks)
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0

@@ -21,8 +21,11 @@ from batchscore.errors import (
 from batchscore.job.runtimes import check_runtime_device
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
+from batchscore.models.fingerprint import identity
 from batchscore.models.locate import locate
-from batchscore.models.tasks import check_model, check_outputs, encoding, generates, input_kinds
+from batchscore.models.tasks import check_outputs, encoding, generates, input_kinds
+from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.claim import Identity, refusal
 from batchscore.output.pending import check_where
 from batchscore.precision.table import check_precision
 from batchscore.runtime.device import resolve_device
@@ -78,7 +81,8 @@ def preflight(job: Job) -> list[str]:
         facts.append(f"input: {len(shards)} shard(s), {rows:,} rows")
     try:
         path = locate(job.model)
-        check_model(job.model.task, path, options=job.task, allow_pickle=job.model.allow_pickle)
+        who = identity(job, path)  # every file read and the model checked, as a run's start
+        judge_model(job, who)
         if job.model.long_text == "chunk" and generates(job.model, path):
             raise ModelError(
                 f'[model].long_text: "chunk" windows the texts of an encoder; {path} generates'
@@ -112,6 +116,18 @@ def preflight(job: Job) -> list[str]:
     if found:
         raise worst(job, found)
     return facts
+
+
+def judge_model(job: Job, who: Identity) -> None:
+    """The `ModelError` a run would stop at when the model lacks a file it had when the job's
+    committed output was made. Whether the output was made with other settings is the run's to
+    say (exit 5): `validate && run --restart` is how a changed job starts over."""
+    try:
+        refusal(Checkpoint(job.output.path), who)
+    except ModelError:
+        raise
+    except (BatchscoreError, OSError):
+        pass  # the output folder's own problems (not a folder, unreadable) are reported above
 
 
 def worst(job: Job, found: list[BatchscoreError]) -> BatchscoreError:

@@ -75,7 +75,7 @@ def job_status(job: Job) -> dict[str, Any]:
         shards.append(status)
     gone = gone_shards(ckpt, committed, damaged, live={s.shard for s in shards}, keys=live)
     current = [s for s in shards if s.state != "gone"]
-    refused = judge(ckpt, job)
+    refused, model_error = judge(ckpt, job)
     retiring = any(plan["state"] == MOVING for _, plan in retirements(ckpt))
     intact = [r["file"] for key, r in committed.items() if key not in damaged]
     settled = ""
@@ -96,9 +96,11 @@ def job_status(job: Job) -> dict[str, Any]:
         and not ckpt.damaged
         and not any(s.kept is None for s in gone)
         and refused is None
+        and model_error is None
         and not restarting
         and not retiring,
         "refused": refused,
+        "model_error": model_error,
         "settled": settled or None,  # the record the footers disprove: the next run rewrites it
         "restarting": restarting,
         "retiring": retiring,  # a move to gone/ was cut off: the next start finishes it
@@ -107,13 +109,14 @@ def job_status(job: Job) -> dict[str, Any]:
     }
 
 
-def judge(ckpt: Checkpoint, job: Job) -> str | None:
+def judge(ckpt: Checkpoint, job: Job) -> tuple[str | None, str | None]:
     """Why a run of this job, with these settings, would refuse the folder (None: it would
-    not): the check `run` makes at its start, by the same fingerprint."""
+    not): the check `run` makes at its start, by the same fingerprint; and, instead, why the
+    model cannot be judged (a file of it missing or unreadable: the run's exit 4)."""
     try:
-        return refusal(ckpt, identity(job, locate(job.model)))
+        return refusal(ckpt, identity(job, locate(job.model))), None
     except ModelError as exc:
-        return f"cannot judge the output against the model: {exc}"
+        return None, str(exc)
 
 
 def gone_shards(
@@ -191,9 +194,13 @@ def headline(status: dict[str, Any]) -> str:
 
 
 def check_complete(status: dict[str, Any], job: str) -> None:
-    """Raise `IncompleteError` naming what keeps the output from being complete, if anything."""
+    """Raise `IncompleteError` naming what keeps the output from being complete, if anything;
+    `ModelError` when a file of the model is missing or unreadable, as a run would."""
     if status["complete"]:
         return
+    if status["model_error"]:  # what a run would stop at first: the model's error, exit 4
+        problem = status["model_error"]
+        raise ModelError(f"{job}: cannot judge the output against the model: {problem}")
     states: dict[str, int] = {}
     for shard in status["shards"]:
         if shard["state"] != "done" and not (shard["state"] == "gone" and shard["kept"]):
@@ -244,6 +251,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"a move to {GONE}/ was cut off: the next run finishes it")
     if status["refused"]:
         lines.append(f"not complete for this job: {status['refused']}")
+    if status["model_error"]:
+        lines.append(f"cannot judge the output against the model: {status['model_error']}")
     if status["settled"]:
         lines.append(status["settled"])
     last = status["last_run"]

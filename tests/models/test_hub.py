@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -18,6 +20,7 @@ from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.hub import hub_cache
 from batchscore.models.locate import locate
 from batchscore.recipes.driver import run_job
+from tests.commands import invoke
 from tests.conftest import read_output, write_job
 from tests.models.st_folders import save_st, tiny_bert
 
@@ -188,3 +191,42 @@ def test_a_snapshot_the_hub_knows_is_incomplete_is_refused(cache, tmp_path):
     write_tree_cache(str(partial / "models--acme--partial"), OLD, listed)
     with pytest.raises(ModelError, match=r"incomplete.*model-00002-of-00002\.safetensors"):
         locate(ModelConfig(task="embed", name="acme/partial"), {"HF_HUB_CACHE": str(partial)})
+
+
+@pytest.mark.parametrize(
+    "gone",
+    ["model.safetensors", "tokenizer.json", "config.json", "modules.json", "2_Dense/config.json"],
+)
+def test_a_file_gone_from_the_cache_is_the_model_error_never_other_settings(
+    cache, tmp_path, small_corpus, monkeypatch, gone
+):
+    """A blob cleaned out of the cache, or a pruned snapshot, leaves a dangling link behind:
+    `validate`, `status --check` and `run` stop at the model (exit 4), naming the file, and
+    never advise --restart, which would discard every committed row. Once the file is back,
+    the output resumes as it was."""
+    hub = tmp_path / "hub"
+    shutil.copytree(cache, hub, symlinks=True)  # the cache's links are relative: they move
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    (tmp_path / "in").mkdir()
+    pq.write_table(small_corpus.slice(0, 30), tmp_path / "in" / "a.parquet")
+    job = write_job(
+        tmp_path / "job.toml",
+        input={"path": "in", "id": "doc_id"},
+        model={"task": "embed", "name": "acme/tiny-embed", "threads": 1, "max_length": 64},
+        output={"path": "out", "chunk_rows": 10},
+    )
+    first = invoke("run", str(job), "--progress", "off")
+    assert first.exit_code == 0, first.output
+    committed = read_output(tmp_path / "out")
+    link = hub / "models--acme--tiny-embed" / "snapshots" / NEW / gone
+    blob = link.resolve()
+    kept = blob.read_bytes()
+    blob.unlink()
+    for command in (["validate"], ["status", "--check"], ["run", "--progress", "off"]):
+        result = invoke(command[0], str(job), *command[1:])
+        assert result.exit_code == 4, (command, result.output)
+        assert str(link) in result.stderr and "--restart" not in result.output, result.output
+    assert read_output(tmp_path / "out").equals(committed)
+    blob.write_bytes(kept)
+    again = invoke("run", str(job), "--progress", "off")
+    assert again.exit_code == 0 and "nothing to do" in again.output, again.output

@@ -24,6 +24,7 @@ from batchscore.recipes.driver import run_job
 from batchscore.recipes.estimate import plan
 from tests.conftest import record_of, write_job
 from tests.models import tiny
+from tests.output.tiny import tiny_job, write_shard
 from tests.reliability import make_job
 
 
@@ -200,3 +201,14 @@ def assert_tokens_as_run(planned: dict, report: dict) -> None:
         "truncated": report["truncated"],
     }
     assert planned["padding"]["padded_tokens"] == report["padded_tokens"]
+
+
+def test_a_plan_of_a_folder_whose_job_record_is_gone_warns_of_no_conflict(tmp_path: Path):
+    """The data files prove whose output it is, so the run rewrites the record: the plan
+    neither warns of a conflict nor advises --restart, which would discard every row."""
+    job = tiny_job(tmp_path)
+    write_shard(tmp_path / "in/a.parquet", 9)
+    run_job(load_job(job))
+    (tmp_path / "out/_batchscore/job.json").unlink()
+    planned = plan(load_job(job), timing=False)
+    assert planned["conflict"] is None and planned["rows_committed"] == 9

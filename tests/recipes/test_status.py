@@ -4,6 +4,7 @@ that job, with those settings, would accept the folder and find nothing left to 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,24 @@ def test_status_of_another_job_in_the_folder_says_not_complete(job: Path, tmp_pa
     other = load_job(job, [f'input.path=["{tmp_path / "in"}"]'])
     status = job_status(other)
     assert not status["complete"] and "holds the output of another job" in status["refused"]
+
+
+@pytest.mark.parametrize("fault", ["deleted", "fifo"])
+def test_a_model_file_gone_is_the_model_error_not_an_incomplete_output(tmp_path: Path, fault):
+    """`status` still shows what is committed, and says the model is at fault; `--check`
+    exits 4 (the model's error, naming the file), not 13, and never advises --restart."""
+    job = tiny_job(tmp_path)
+    write_shard(tmp_path / "in/a.parquet", 9)
+    run_job(load_job(job))
+    weights = tmp_path / "mlp.safetensors"
+    weights.unlink()
+    if fault == "fifo":
+        os.mkfifo(weights)
+    status = job_status(load_job(job))
+    assert not status["complete"] and status["refused"] is None
+    assert str(weights) in status["model_error"] and status["rows_done"] == 9
+    shown = CliRunner().invoke(main, ["status", str(job)])
+    assert shown.exit_code == 0 and str(weights) in shown.stdout and "9 of 9" in shown.stdout
+    checked = CliRunner().invoke(main, ["status", str(job), "--check"])
+    assert checked.exit_code == 4, checked.output
+    assert str(weights) in checked.stderr and "--restart" not in checked.output
