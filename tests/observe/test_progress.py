@@ -12,6 +12,7 @@ import re
 import struct
 import sys
 import termios
+import traceback
 from fractions import Fraction
 from pathlib import Path
 
@@ -79,6 +80,8 @@ def drawn(columns: int) -> str:
         try:  # fd 0 itself: pytest's sys.stdin refuses to be read
             os.read(0, 16)
             os.execv(sys.executable, [sys.executable, "-c", CHILD.format(root=str(ROOT))])
+        except BaseException:  # said on the terminal, so a failing test shows why
+            traceback.print_exc()
         finally:  # never back into pytest's own loop, in a forked copy of it
             os._exit(1)
     rows = 24 if columns else 0
