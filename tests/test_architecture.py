@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "batchscore"
 # `import batchscore` stays cheap. Anywhere else an import inside a function would be a cycle
 # dodged, not a cost saved.
 LAZY_ALLOWED = {"batchscore.cli", "batchscore"}
-MAX_LINES = 400  # a module past this is a question to ask (STYLE.md), not a number to squeeze under
+MAX_LINES = 400  # a module past this is a question (docs/style.md), not a number to squeeze under
 # The stack, top to bottom (README's "How it is built" draws it): a module imports modules of its
 # own room or of rooms ranked below it, never above, lazy imports included. A room is a
 # sub-package, or a module at the top of batchscore/ ("batchscore" is the package root).

@@ -1,6 +1,6 @@
 """Numbers a typo turns into a crash or a machine's worth of memory have upper bounds: a value
 above one is refused at `validate` (exit 2) naming its `[section].key`; any value in range is
-taken as it is. The bounds are the README's."""
+taken as it is. The bounds are the job file reference's (docs/job-file.md)."""
 
 from __future__ import annotations
 
@@ -99,9 +99,11 @@ def test_validate_refuses_the_typos_of_the_issue_all_at_once(tmp_path: Path, sha
     assert "[generate].num_beams: must be at most 64, got 100000" in result.stderr
 
 
-def test_the_readme_lists_every_bound():
-    readme = (ROOT / "README.md").read_text()
+def test_the_job_file_reference_lists_every_bound():
+    page = (ROOT / "docs" / "job-file.md").read_text()
     for (section, key), (_, high) in BOUNDS.items():
         shown = f"{int(high):,}"
         pattern = rf"`\[{section}\]\.{key}` \| {re.escape(shown)}\b"
-        assert re.search(pattern, readme), f"README: no bound for [{section}].{key}: {shown}"
+        assert re.search(pattern, page), (
+            f"docs/job-file.md: no bound for [{section}].{key}: {shown}"
+        )
