@@ -212,3 +212,21 @@ def test_a_plan_of_a_folder_whose_job_record_is_gone_warns_of_no_conflict(tmp_pa
     (tmp_path / "out/_batchscore/job.json").unlink()
     planned = plan(load_job(job), timing=False)
     assert planned["conflict"] is None and planned["rows_committed"] == 9
+
+
+@pytest.mark.parametrize("cache", ["cold", "warm"])
+def test_the_estimate_is_within_2x_of_the_run_it_plans(tmp_path: Path, corpus, cache: str):
+    """plan's estimate of a default ("auto") job against the run that follows, on the real
+    corpus, with an empty cache folder and with one a run filled: within 2x either way (a
+    guard against gross regressions; BENCHMARKS.md holds the close comparison, scripts/
+    bench_cold.py). Wall times compare in one process, so start-up is no part of either."""
+    kept = DecisionCache(tmp_path / "cache")
+    rows = corpus.slice(0, 800)
+    if cache == "warm":  # another folder's run of the same job fills the cache: not compared
+        run_job(load_job(make_job(tmp_path / "earlier", rows)), cache=kept)
+    job = make_job(tmp_path / "planned", rows)
+    estimate = plan(load_job(job), cache=kept)["estimate"]
+    report = run_job(load_job(job), cache=kept)
+    ratio = estimate["wall_s"] / report["wall_s"]
+    print(f"{cache}: estimate {estimate['wall_s']:.1f} s, run {report['wall_s']:.1f} s")
+    assert 0.5 <= ratio <= 2.0, (estimate, report["wall_s"], report["phases"])
