@@ -87,14 +87,20 @@ def calibration_s(
     runtime: str,
     layers: int | None,
     known: Measured | None,
+    worst: bool = False,
 ) -> float:
     """Seconds ``name``'s calibration is expected to take on the gate's sample (none for a
-    precision that needs none): as measured here before, else every pass it can run (see
-    `batchscore.precision.int8`), each over half the sample in torch (``fp32`` is the reference's
-    padded tokens/s on ``runtime``): the fp32 pass that records each Linear's inputs, the
-    all-int8 pass with each layer's float twin beside it, and at most `search_passes` mixed ones
-    and the all-float one where layers must stay in float. Counted whole, so a precision is
-    tried only where even its longest calibration fits (`batchscore.measure.spend`)."""
+    precision that needs none); ``worst``: the most it can take.
+
+    As measured here before, where it was; else counted from the passes it runs (see
+    `batchscore.precision.int8`), each over half the sample in torch (``fp32`` is the
+    reference's padded tokens/s on ``runtime``): the fp32 pass that records each Linear's inputs
+    and the all-int8 pass with each layer's float twin beside it always run; the search
+    (`search_passes` mixed passes) and the all-float pass run only where the all-int8 pass
+    misses the target. Whether it will is not known before it runs: expected, the search is a
+    coin's toss (half its passes); at worst it runs whole, and the all-float pass after it.
+    What a candidate is expected to save is weighed against the expected cost; whether trying
+    it fits the spending rule, against the worst (`batchscore.measure.spend`)."""
     if not precision(name).calibrated:
         return 0.0
     if known is not None and known.calibrate_s:
@@ -102,10 +108,11 @@ def calibration_s(
     torch_fp32 = fp32 / OPENVINO_GAIN if runtime == "openvino" else fp32
     int8 = torch_fp32 * speedup
     half = sample_tokens / 2
-    passes = 2 / torch_fp32 + 1 / int8  # the fp32 pass; the int8 pass and its float twins
-    search = search_passes(layers or SEARCH_LAYERS)
-    passes += search * 2 / (torch_fp32 + int8) + 1 / torch_fp32  # mixed, then all float
-    return half * passes
+    always = 2 / torch_fp32 + 1 / int8  # the fp32 pass; the int8 pass and its float twins
+    search = search_passes(layers or SEARCH_LAYERS) * 2 / (torch_fp32 + int8)  # mixed passes
+    if worst:
+        return half * (always + search + 1 / torch_fp32)  # and the all-float one
+    return half * (always + search / 2)
 
 
 def prospects(
@@ -124,17 +131,23 @@ def prospects(
     for name in names:
         was = known.get(name)
         speedup = was.speedup if was else guessed_speedup(name, device, reference)
-        calibrate = calibration_s(
-            name,
-            sample_tokens,
-            fp32=reference.tokens_per_s,
-            speedup=speedup,
-            runtime=reference.runtime,
-            layers=layers,
-            known=was,
-        )
+
+        def calibration(worst: bool, name: str = name, speedup: float = speedup) -> float:
+            return calibration_s(
+                name,
+                sample_tokens,
+                fp32=reference.tokens_per_s,
+                speedup=speedup,
+                runtime=reference.runtime,
+                layers=layers,
+                known=known.get(name),
+                worst=worst,
+            )
+
         load = was.load_s if was else reference.load_s
-        found.append(Prospect(name, speedup, load, calibrate, guessed=was is None))
+        found.append(
+            Prospect(name, speedup, load, calibration(False), calibration(True), was is None)
+        )
     return found
 
 

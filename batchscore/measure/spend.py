@@ -37,7 +37,8 @@ class Prospect:
     name: str
     speedup: float  # padded tokens per second over fp32's
     load_s: float  # loading it, calibration left out
-    calibrate_s: float  # its calibration on the sample (0: none)
+    calibrate_s: float  # its calibration on the sample, as expected (0: none)
+    calibrate_max_s: float  # the most its calibration can take
     guessed: bool  # the speedup is the device's promise, not a measurement
 
 
@@ -68,10 +69,12 @@ class Ledger:
     def speed(self, speedup: float) -> float:
         return self.fp32_speed * max(speedup, 1e-9)
 
-    def cost_s(self, prospect: Prospect) -> float:
-        """Seconds trying ``prospect`` takes: its load, calibration and pass over the sample."""
+    def cost_s(self, prospect: Prospect, *, worst: bool = False) -> float:
+        """Seconds trying ``prospect`` takes: its load, calibration and pass over the sample, as
+        expected (``worst``: at the most)."""
         own_pass = self.sample_tokens / self.speed(prospect.speedup)
-        return prospect.load_s + prospect.calibrate_s + own_pass
+        calibration = prospect.calibrate_max_s if worst else prospect.calibrate_s
+        return prospect.load_s + calibration + own_pass
 
     def after(
         self, *, won: bool, speedup: float = 1.0, cost_s: float, calibrate_s: float = 0.0
@@ -132,15 +135,15 @@ class Weighed:
 
 
 def weigh(prospect: Prospect, ledger: Ledger) -> Weighed:
-    """``prospect`` against the best so far: its saving, its cost, and measuring in the worse
-    of its two outcomes (it wins: the best-so-far's load and pass and its own calibration are
-    not kept; it loses: its load, calibration and pass are not)."""
+    """``prospect`` against the best so far: its saving and its expected cost, and measuring in
+    the worse of its two outcomes at the most each can cost (it wins: the best-so-far's load
+    and pass and its own calibration are not kept; it loses: its load, calibration and pass
+    are not)."""
     left = ledger.left_tokens
     saving = left / ledger.speed(ledger.best_speedup) - left / ledger.speed(prospect.speedup)
-    cost = ledger.cost_s(prospect)
-    win = ledger.sunk_s + ledger.own_s + prospect.calibrate_s
-    lose = ledger.sunk_s + cost
-    return Weighed(prospect, saving, cost, max(win, lose), ledger.budget_s)
+    win = ledger.sunk_s + ledger.own_s + prospect.calibrate_max_s
+    lose = ledger.sunk_s + ledger.cost_s(prospect, worst=True)
+    return Weighed(prospect, saving, ledger.cost_s(prospect), max(win, lose), ledger.budget_s)
 
 
 def next_to_try(prospects: list[Prospect], ledger: Ledger) -> tuple[Weighed | None, list[Weighed]]:

@@ -286,7 +286,7 @@ class Spend:
                 break
             waiting = [w.prospect for w in others]
             tried = weighed.prospect
-            ledger = ledger.after(
+            ledger = ledger.after(  # as expected: it passes, at its speed, at its cost
                 won=True,
                 speedup=tried.speedup,
                 cost_s=weighed.cost_s,
