@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from batchscore.errors import ModelError
-from batchscore.models.text import TextEncoder, Tokens
+from batchscore.models.text.text import TextEncoder, Tokens
 from batchscore.work.units import Encoded
 
 # Where transformers' tokenizer finds a folder's templates: the default one in its own file, or

@@ -26,7 +26,7 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Adapter, fields, pair_rows, text_rows
+from batchscore.models.base import Adapter, fields
 from batchscore.models.crossencoder import (
     activation_module,
     activation_name,
@@ -35,8 +35,9 @@ from batchscore.models.crossencoder import (
 from batchscore.models.embed import vectors_to_arrow
 from batchscore.models.locate import check_model_files, load_pretrained
 from batchscore.models.stack import read_json
-from batchscore.models.text import TextEncoder
-from batchscore.models.windows import mean_by_owner
+from batchscore.models.text.inputs import pair_rows, text_rows
+from batchscore.models.text.text import TextEncoder
+from batchscore.models.text.windows import mean_by_owner
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 

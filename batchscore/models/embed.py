@@ -27,7 +27,7 @@ from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Adapter, Task, fields, text_rows
+from batchscore.models.base import Adapter, Task, fields
 from batchscore.models.encoder import SentenceEncoder, dense_weights
 from batchscore.models.locate import check_model_files, load_pretrained
 from batchscore.models.quantize import (
@@ -42,8 +42,9 @@ from batchscore.models.quantize import (
 )
 from batchscore.models.sparse import SparseVectors
 from batchscore.models.stack import Dense, Stack, read_stack
-from batchscore.models.text import TextEncoder, Tokens
-from batchscore.models.windows import mean_by_owner, overlap
+from batchscore.models.text.inputs import text_rows
+from batchscore.models.text.text import TextEncoder, Tokens
+from batchscore.models.text.windows import mean_by_owner, overlap
 from batchscore.runtime.bert import load_bert, read_shape
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded

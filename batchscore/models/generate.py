@@ -34,11 +34,11 @@ from batchscore.models.decode import (
     trim,
 )
 from batchscore.models.locate import load_pretrained
-from batchscore.models.prompt import Prompt
 from batchscore.models.schedule import Limits, Prefixes, Schedule
 from batchscore.models.seats import Forward, plain_cache
 from batchscore.models.stops import Stops
-from batchscore.models.text import TextEncoder
+from batchscore.models.text.inputs import Prompt
+from batchscore.models.text.text import TextEncoder
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 

@@ -21,11 +21,11 @@ import pyarrow as pa
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, SummarizeConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Adapter, fields, text_rows
+from batchscore.models.base import Adapter, fields
 from batchscore.models.embed import Embedder, StackText, check_stack_files, stack_parts
 from batchscore.models.generate import is_generative
-from batchscore.models.prompt import Prompt
-from batchscore.models.sentences import summary_sentences
+from batchscore.models.text.inputs import Prompt, text_rows
+from batchscore.models.text.sentences import summary_sentences
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 

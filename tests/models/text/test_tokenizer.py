@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from batchscore.models import tokenizer
-from batchscore.models.text import TextEncoder
-from batchscore.models.tokenizer import native, through_transformers
+from batchscore.models.text import tokenizer
+from batchscore.models.text.text import TextEncoder
+from batchscore.models.text.tokenizer import native, through_transformers
 
 FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
          "config.json")  # fmt: skip

@@ -8,14 +8,14 @@ import pyarrow as pa
 import pytest
 
 from batchscore.job.sections import InputConfig, ModelConfig, SummarizeConfig
-from batchscore.models.markup import prose
-from batchscore.models.sentences import (
+from batchscore.models.summarize import SummarizeTask
+from batchscore.models.text.markup import prose
+from batchscore.models.text.sentences import (
     is_lead_in,
     is_sentence,
     split_sentences,
     summary_sentences,
 )
-from batchscore.models.summarize import SummarizeTask
 from batchscore.runtime.executor import Executor
 
 MARKDOWN = """\

@@ -16,9 +16,9 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 
 from batchscore.errors import ModelError
-from batchscore.models.template import Template, learn
-from batchscore.models.tokenizer import load_tokenizer, through_transformers
-from batchscore.models.windows import cut, overlap
+from batchscore.models.text.template import Template, learn
+from batchscore.models.text.tokenizer import load_tokenizer, through_transformers
+from batchscore.models.text.windows import cut, overlap
 from batchscore.work.units import Encoded
 
 

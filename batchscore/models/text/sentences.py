@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from batchscore.models.markup import LEAD_IN, prose
+from batchscore.models.text.markup import LEAD_IN, prose
 
 ABBREVIATIONS = {
     # English
