@@ -218,7 +218,8 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
         from batchscore.measure.cache import DecisionCache, cache_folder
         from batchscore.measure.settle import check as check_quality
         from batchscore.measure.settle import machine_key
-        from batchscore.models.locate import locate, model_identity
+        from batchscore.models.fingerprint import model_identity
+        from batchscore.models.locate import locate
 
     loaded = load(job, overrides)
     path = locate(loaded.model)

@@ -22,7 +22,8 @@ from batchscore.measure.auto import choose_auto, guessed_speedup
 from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache_folder
 from batchscore.measure.gate import Trial
 from batchscore.measure.settle import machine_key, settle
-from batchscore.models.locate import locate, model_identity
+from batchscore.models.fingerprint import model_identity
+from batchscore.models.locate import locate
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision import table
 from batchscore.precision.int8_linear import int8_available

@@ -18,7 +18,8 @@ from batchscore.cli import main
 from batchscore.job.load import load_job
 from batchscore.measure.cache import DecisionCache, Entry, Measured
 from batchscore.measure.settle import machine_key
-from batchscore.models.locate import locate, model_identity
+from batchscore.models.fingerprint import model_identity
+from batchscore.models.locate import locate
 from batchscore.precision.table import available
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.estimate import plan
