@@ -41,7 +41,7 @@ from batchscore.measure.load import load_at
 from batchscore.measure.settle import settle
 from batchscore.models.base import Task
 from batchscore.models.fingerprint import model_identity
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.models.tasks import input_kinds
 from batchscore.observe.logs import slow_steps
 from batchscore.observe.progress import Progress

@@ -219,7 +219,7 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
         from batchscore.measure.settle import check as check_quality
         from batchscore.measure.settle import machine_key
         from batchscore.models.fingerprint import model_identity
-        from batchscore.models.locate import locate
+        from batchscore.models.source.locate import locate
 
     loaded = load(job, overrides)
     path = locate(loaded.model)

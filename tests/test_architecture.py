@@ -56,6 +56,7 @@ RANKS = {
 INNER_RANKS = {
     "models": 5,  # the task table, the adapters, the fingerprint, and what the adapters share
     "models.text": 1,  # the tokenizer, its template, windows, sentences, a task's text inputs
+    "models.source": 1,  # where a model is (locate, hub), its folder checked and loaded
 }
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.locate import check_model_files
+from batchscore.models.source.locate import check_model_files
 from batchscore.work.units import Encoded
 
 

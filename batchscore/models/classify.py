@@ -33,7 +33,7 @@ from batchscore.models.crossencoder import (
     read_cross_encoder,
 )
 from batchscore.models.embed import vectors_to_arrow
-from batchscore.models.locate import check_model_files, load_pretrained
+from batchscore.models.source.locate import check_model_files, load_pretrained
 from batchscore.models.stack import read_json
 from batchscore.models.text.inputs import pair_rows, text_rows
 from batchscore.models.text.text import TextEncoder

@@ -29,7 +29,6 @@ from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, Task, fields
 from batchscore.models.encoder import SentenceEncoder, dense_weights
-from batchscore.models.locate import check_model_files, load_pretrained
 from batchscore.models.quantize import (
     CALIBRATED,
     Ranges,
@@ -40,6 +39,7 @@ from batchscore.models.quantize import (
     quantized_to_arrow,
     unmeasurable,
 )
+from batchscore.models.source.locate import check_model_files, load_pretrained
 from batchscore.models.sparse import SparseVectors
 from batchscore.models.stack import Dense, Stack, read_stack
 from batchscore.models.text.inputs import text_rows

@@ -27,7 +27,7 @@ from typing import Any
 
 from batchscore.errors import ModelError
 from batchscore.job.sections import Job, ModelConfig
-from batchscore.models.locate import PICKLE_SUFFIXES
+from batchscore.models.source.locate import PICKLE_SUFFIXES
 from batchscore.models.tasks import TASKS, check_model, input_kinds
 from batchscore.output.claim import Identity
 

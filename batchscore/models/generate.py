@@ -33,9 +33,9 @@ from batchscore.models.decode import (
     stop_strings,
     trim,
 )
-from batchscore.models.locate import load_pretrained
 from batchscore.models.schedule import Limits, Prefixes, Schedule
 from batchscore.models.seats import Forward, plain_cache
+from batchscore.models.source.locate import load_pretrained
 from batchscore.models.stops import Stops
 from batchscore.models.text.inputs import Prompt
 from batchscore.models.text.text import TextEncoder

@@ -25,7 +25,7 @@ from torch import nn
 
 from batchscore.job.sections import ModelConfig, QualityConfig
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.locate import load_pretrained
+from batchscore.models.source.locate import load_pretrained
 from batchscore.models.stack import Stack
 from batchscore.models.stack_modules import Splade
 from batchscore.models.text.text import TextEncoder

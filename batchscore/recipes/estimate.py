@@ -35,7 +35,7 @@ from batchscore.measure.load import load_at
 from batchscore.measure.settle import concrete, machine_key
 from batchscore.measure.spend import Ledger, next_to_try
 from batchscore.models.fingerprint import model_identity
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.models.tasks import generates
 from batchscore.observe.phases import describe
 from batchscore.output.checkpoint import Checkpoint

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from batchscore.errors import JobError
 from batchscore.job.load import job_from_dict
-from batchscore.models.hub import snapshot
+from batchscore.models.source.hub import snapshot
 from tests.commands import invoke
 
 COMMIT = "3" * 40

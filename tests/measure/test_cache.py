@@ -23,7 +23,7 @@ from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache
 from batchscore.measure.gate import Trial
 from batchscore.measure.settle import machine_key, settle
 from batchscore.models.fingerprint import model_identity
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision import table
 from batchscore.precision.int8_linear import int8_available

@@ -19,7 +19,7 @@ from batchscore.job.load import load_job
 from batchscore.measure.cache import DecisionCache, Entry, Measured
 from batchscore.measure.settle import machine_key
 from batchscore.models.fingerprint import model_identity
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.precision.table import available
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.estimate import plan

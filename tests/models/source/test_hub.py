@@ -17,8 +17,8 @@ from batchscore.errors import JobError, ModelError
 from batchscore.job.load import load_job
 from batchscore.job.sections import ModelConfig
 from batchscore.models.fingerprint import fingerprint_parts
-from batchscore.models.hub import hub_cache
-from batchscore.models.locate import locate
+from batchscore.models.source.hub import hub_cache
+from batchscore.models.source.locate import locate
 from batchscore.recipes.driver import run_job
 from tests.commands import invoke
 from tests.conftest import read_output, write_job

@@ -14,7 +14,7 @@ from typing import Any
 from batchscore.errors import ModelError
 from batchscore.job.schema import did_you_mean
 from batchscore.job.sections import ModelConfig
-from batchscore.models.hub import fetch_command, hub_cache, is_repo_id, repo_folder, snapshot
+from batchscore.models.source.hub import fetch_command, hub_cache, is_repo_id, repo_folder, snapshot
 
 log = logging.getLogger("batchscore")
 # name -> (Python package that ships the weights, how to install it)
