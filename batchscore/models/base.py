@@ -92,3 +92,12 @@ class Adapter:
 def fields(names: tuple[str, ...], types: dict[str, pa.DataType]) -> list[pa.Field]:
     """Output columns of these ``names`` (an adapter's `output_names`), typed by ``types``."""
     return [pa.field(name, types[name]) for name in names]
+
+
+def vectors_to_arrow(vectors: np.ndarray, dim: int) -> pa.FixedSizeListArray:
+    """[rows, dim] float32 -> fixed_size_list<float32>[dim] without a Python loop (polars reads
+    it as an Array, pyarrow and Lance as vectors). Built from the buffer: ``pa.array`` of a
+    numpy array first asks whether it is a pandas object, which imports pandas (0.4 s)."""
+    values = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1)
+    flat = pa.Array.from_buffers(pa.float32(), len(values), [None, pa.py_buffer(values)])
+    return pa.FixedSizeListArray.from_arrays(flat, dim)

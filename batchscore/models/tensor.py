@@ -17,8 +17,7 @@ from batchscore.errors import BatchscoreError, ModelError
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, TensorConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Adapter, fields
-from batchscore.models.embed import vectors_to_arrow
+from batchscore.models.base import Adapter, fields, vectors_to_arrow
 from batchscore.models.factories import BUILTIN, find_factory, registered
 from batchscore.models.features import feature_matrix, is_list
 from batchscore.models.formats import check_export_archive, load_model, model_format

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from batchscore.errors import ModelError
-from batchscore.models.stack_modules import (
+from batchscore.models.stack.stack_modules import (
     Splade,
     read_json,
     read_pooling,
@@ -191,6 +191,22 @@ def read_stack(path: Path) -> Stack:
         path,
         truncate_dim=positive(config, "truncate_dim", path),
     )
+
+
+def stack_parts(
+    path: Path, *, prompt_name: str | None = None, normalize: bool = True
+) -> dict[str, str]:
+    """An encoder stack's parts of the fingerprint: the stack, when it is more than one pooling
+    and a Normalize (or the job turns its Normalize off), and the prompt it is given."""
+    if not path.is_dir():
+        return {}
+    parts = {}
+    stack = read_stack(path)
+    if not stack.plain or (stack.normalize and not normalize):
+        parts["stack"] = stack.describe()
+    if prompt := stack.prompt(prompt_name):
+        parts["prompt"] = prompt
+    return parts
 
 
 def read_sparse(path: Path, modules_file: Path, kinds: list[str], folders: list[Path]) -> Stack:

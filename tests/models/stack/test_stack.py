@@ -17,7 +17,7 @@ from batchscore.errors import ModelError
 from batchscore.job.load import load_job
 from batchscore.job.sections import EmbedConfig
 from batchscore.models.fingerprint import fingerprint_parts
-from batchscore.models.stack import read_stack
+from batchscore.models.stack.stack import read_stack
 from tests.conftest import write_job
 from tests.models.st_folders import (
     cosines,

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from batchscore.errors import ModelError
-from batchscore.models.pooling import pool
-from batchscore.models.stack import Dense, Stack
+from batchscore.models.stack.pooling import pool
+from batchscore.models.stack.stack import Dense, Stack
 
 
 class DenseLayer(nn.Module):

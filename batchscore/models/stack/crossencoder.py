@@ -29,7 +29,7 @@ from typing import Any
 from torch import nn
 
 from batchscore.errors import ModelError
-from batchscore.models.stack import ACTIVATIONS, module_folder, read_json
+from batchscore.models.stack.stack import ACTIVATIONS, module_folder, read_json
 
 log = logging.getLogger("batchscore")
 CHOICES = {"sigmoid": "Sigmoid", "tanh": "Tanh", "none": "Identity"}  # [classify].activation
