@@ -6,7 +6,7 @@ the architecture needs so padding cannot change a row's output: an encoder reads
 rows under its attention mask, a decoder-only model continues left-padded rows (positions come
 from the mask), and each row's new tokens end at its first EOS or stop string. `transformers`'
 ``generate`` does the decoding, with its KV cache. With `[generate].chat` each row's prompt is
-the user turn of the model's chat template (`batchscore.models.chat`).
+the user turn of the model's chat template (`batchscore.models.generation.chat`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, Qu
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, fields
-from batchscore.models.chat import Chat, has_chat_template, no_template
-from batchscore.models.decode import (
+from batchscore.models.generation.chat import Chat, has_chat_template, no_template
+from batchscore.models.generation.decode import (
     Decoding,
     Picker,
     RowSampler,
@@ -33,10 +33,10 @@ from batchscore.models.decode import (
     stop_strings,
     trim,
 )
-from batchscore.models.schedule import Limits, Prefixes, Schedule
-from batchscore.models.seats import Forward, plain_cache
+from batchscore.models.generation.schedule import Limits, Prefixes, Schedule
+from batchscore.models.generation.seats import Forward, plain_cache
+from batchscore.models.generation.stops import Stops
 from batchscore.models.source.locate import load_pretrained
-from batchscore.models.stops import Stops
 from batchscore.models.text.inputs import Prompt
 from batchscore.models.text.text import TextEncoder
 from batchscore.runtime.executor import Executor

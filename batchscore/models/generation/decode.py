@@ -6,8 +6,8 @@ constraints (EOS ids, forced BOS/EOS, banned n-grams, a beam length penalty, its
 penalty where the job sets none). Sampling is done by `RowSampler`, which draws every row's tokens
 from that row's own random stream, seeded by the job's seed and the row's prompt, so a sampled
 output does not depend on which rows share its batch, window, chunk or run. `Picker` chooses tokens
-the same way for the continuous scheduler (`batchscore.models.schedule`), which runs its own loop,
-the repetition penalty included. Stop strings are `batchscore.models.stops`'.
+the same way for the continuous scheduler (`schedule.py`), which runs its own loop, the
+repetition penalty included. Stop strings are `stops.py`'s.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def generation_config(base: Any, decoding: Decoding, pad_id: int) -> Any:
 
     Sampling runs as greedy search over `RowSampler`'s one-hot scores, so transformers' own
     sampler (one random stream for the whole batch) is never used. Stop strings are left out:
-    `batchscore.models.stops` matches them (the model's own with the job's, `stop_strings`).
+    `stops.py` matches them (the model's own with the job's, `stop_strings`).
     """
     config = copy.deepcopy(base)
     if decoding.repetition_penalty is not None:

@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from batchscore.models.decode import Picker
-from batchscore.models.seats import Forward, Prefix, Seats
-from batchscore.models.stops import Stops
+from batchscore.models.generation.decode import Picker
+from batchscore.models.generation.seats import Forward, Prefix, Seats
+from batchscore.models.generation.stops import Stops
 
 # Share of the seats that must be free before waiting rows are prefilled to take them: lower
 # refills more often in smaller calls, higher leaves seats empty longer. scripts/generate_bench.py

@@ -24,13 +24,13 @@ from batchscore.cli import main
 from batchscore.errors import JobError, ModelError, OutputConflictError
 from batchscore.job.load import job_from_dict, load_job
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig
-from batchscore.models.chat import Chat, has_chat_template
 from batchscore.models.generate import PromptEncoding
+from batchscore.models.generation.chat import Chat, has_chat_template
 from batchscore.recipes.driver import run_job
 from tests.commands import command, environment
 from tests.conftest import read_output
 from tests.models import tiny
-from tests.models.test_continuous import stream
+from tests.models.generation.test_continuous import stream
 from tests.models.test_generate import generate, generate_job, make_task
 
 SYSTEM = "You are a careful assistant. Answer in one line."

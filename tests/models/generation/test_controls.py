@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from batchscore.errors import JobError, OutputConflictError
 from batchscore.job.load import job_from_dict, load_job
-from batchscore.models.stops import Stops
+from batchscore.models.generation.stops import Stops
 from batchscore.recipes.driver import run_job
 from tests.conftest import read_output
-from tests.models.test_continuous import stream
+from tests.models.generation.test_continuous import stream
 from tests.models.test_generate import generate, generate_job, make_task, row_alone
 
 NEW = 12

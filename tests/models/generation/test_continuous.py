@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from batchscore.job.load import load_job
-from batchscore.models.decode import generation_config, loop_decodes_alike
-from batchscore.models.schedule import shared_start
-from batchscore.models.seats import plain_cache
+from batchscore.models.generation.decode import generation_config, loop_decodes_alike
+from batchscore.models.generation.schedule import shared_start
+from batchscore.models.generation.seats import plain_cache
 from batchscore.recipes.driver import run_job
 from tests.conftest import read_output
 from tests.models.test_generate import (
