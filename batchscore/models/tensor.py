@@ -18,9 +18,9 @@ from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, Ten
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, fields, vectors_to_arrow
-from batchscore.models.factories import BUILTIN, find_factory, registered
-from batchscore.models.features import feature_matrix, is_list
-from batchscore.models.formats import check_export_archive, load_model, model_format
+from batchscore.models.numeric.factories import BUILTIN, find_factory, registered
+from batchscore.models.numeric.features import feature_matrix, is_list
+from batchscore.models.numeric.formats import check_export_archive, load_model, model_format
 from batchscore.runtime.executor import Executor
 from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import Encoded

@@ -32,7 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from safetensors.torch import save_file
 
 from batchscore.job.load import load_job
-from batchscore.models.factories import mlp
+from batchscore.models.numeric.factories import mlp
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from tests.commands import run

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from batchscore.errors import ModelError
-from batchscore.models.factories import find_factory
+from batchscore.models.numeric.factories import find_factory
 from batchscore.runtime.executor import Executor
 
 
