@@ -10,7 +10,7 @@ their token-weighted mean, then the model's own normalization (`batchscore.model
 What the job writes of a dense vector (`DenseVectors`): its first `[embed].truncate_dim`
 dimensions, normalized after the cut where the model normalizes (sentence-transformers cuts its
 normalized vector and stops there: the same direction, cosine 1), then `[embed].quantize`d
-(`batchscore.models.quantize`). A SparseEncoder's stack writes term weights instead
+(`batchscore.models.vector_codes`). A SparseEncoder's stack writes term weights instead
 (`batchscore.models.sparse`).
 """
 
@@ -22,32 +22,32 @@ import numpy as np
 import pyarrow as pa
 
 from batchscore.errors import JobError
+from batchscore.job.ranges import Ranges
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, Task, fields, vectors_to_arrow
-from batchscore.models.quantize import (
-    CALIBRATED,
-    Ranges,
-    arrow_type,
-    check_ranges,
-    measure_ranges,
-    quantize,
-    quantized_to_arrow,
-    unmeasurable,
-)
 from batchscore.models.sparse import SparseVectors
 from batchscore.models.stack.embedder import Embedder, check_stack_files
 from batchscore.models.stack.stack import Stack, stack_parts
 from batchscore.models.stack.stack_text import StackText
 from batchscore.models.text.inputs import text_rows
+from batchscore.models.vector_codes import (
+    CALIBRATED,
+    arrow_type,
+    check_ranges,
+    codes_to_arrow,
+    measure_ranges,
+    to_codes,
+    unmeasurable,
+)
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 
-# The float vectors, beside the quantized column, in what `finish` returns (no output column
-# holds them): the quality gate judges the model by them, since quantizing is the same step at
+# The float vectors, beside the column of codes, in what `finish` returns (no output column
+# holds them): the quality gate judges the model by them, since coding is the same step at
 # every precision, and a bit flipped by a value near zero is not the model moving.
-UNQUANTIZED = "embedding, unquantized"
+FLOATS = "embedding, floats"
 
 
 def check_embed_options(stack: Stack, options: EmbedConfig) -> None:
@@ -120,32 +120,32 @@ class DenseVectors:
     def __init__(self, embedder: Embedder, options: EmbedConfig, where: Path) -> None:
         self.embedder = embedder
         self.dim = embedder.dim
-        self.quantize = options.quantize
+        self.codes = options.quantize  # the kind of code written, or None: floats
         self.ranges: Ranges | None = options.ranges
         if self.ranges is not None:
             check_ranges(self.ranges, self.dim, str(where))
-        if self.quantize is None:
+        if self.codes is None:
             self.type = pa.list_(pa.float32(), self.dim)
         else:
-            self.type = arrow_type(self.quantize, self.dim)
+            self.type = arrow_type(self.codes, self.dim)
 
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
         return self.embedder.forward(ids)
 
     def columns(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
-        """The texts' vectors: float32, or quantized with the float ones beside them."""
+        """The texts' vectors: float32, or their codes with the float ones beside them."""
         vectors = self.embedder.combine(results, encoded.owners, len(encoded.rows), encoded.lengths)
         floats = vectors_to_arrow(vectors, self.dim)
-        if self.quantize is None:
+        if self.codes is None:
             return {"embedding": floats}
-        if self.quantize in CALIBRATED and self.ranges is None and len(vectors):
+        if self.codes in CALIBRATED and self.ranges is None and len(vectors):
             self.ranges = measure_ranges(vectors)
-        quantized = quantize(vectors, self.quantize, self.ranges)
-        return {"embedding": quantized_to_arrow(quantized), UNQUANTIZED: floats}
+        codes = to_codes(vectors, self.codes, self.ranges)
+        return {"embedding": codes_to_arrow(codes), FLOATS: floats}
 
     def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
-        """By cosine, of the float vectors where the column is quantized."""
-        column = UNQUANTIZED if UNQUANTIZED in reference and UNQUANTIZED in candidate else None
+        """By cosine, of the float vectors where the column holds their codes."""
+        column = FLOATS if FLOATS in reference and FLOATS in candidate else None
         return agreement.vectors(reference, candidate, column or "embedding", gate)
 
 

@@ -22,8 +22,8 @@ from batchscore.cli import main
 from batchscore.errors import JobError
 from batchscore.job.ranges import unusable
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, QualityConfig
-from batchscore.models.embed import UNQUANTIZED, EmbedTask
-from batchscore.models.quantize import measure_ranges, quantize
+from batchscore.models.embed import FLOATS, EmbedTask
+from batchscore.models.vector_codes import measure_ranges, to_codes
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.runtime.executor import Executor
 from tests.conftest import output_files, read_output, write_job
@@ -57,7 +57,7 @@ def test_quantize_equals_quantize_embeddings(vectors, kind):
         ranges = None
     if ranges is not None:
         assert np.array_equal(np.asarray(ranges, np.float32), bounds)
-    ours = quantize(vectors, kind, ranges)
+    ours = to_codes(vectors, kind, ranges)
     reference = quantize_embeddings(vectors, kind)  # calibrates on ``vectors`` for int8 / uint8
     assert ours.dtype == reference.dtype and np.array_equal(ours, reference)
 
@@ -72,7 +72,7 @@ def test_given_ranges_quantize_new_vectors_alike(queries, calibration, kind):
     dims = min(queries.shape[1], calibration.shape[1])
     queries, calibration = queries[:, :dims], calibration[:, :dims]
     ranges = measure_ranges(np.vstack((calibration, calibration[:1] + 1)))  # every one wide
-    ours = quantize(queries, kind, ranges)
+    ours = to_codes(queries, kind, ranges)
     reference = quantize_embeddings(queries, kind, ranges=np.asarray(ranges, dtype=np.float32))
     assert np.array_equal(ours, reference)
 
@@ -138,8 +138,8 @@ def test_packed_bits_equal_quantize_embeddings(minilm_path, texts, kind, truncat
     share = share_of_equal_bits(ours, reference)
     print(f"\n{kind}, {dim} dimensions: {share:.6f} of the bits equal quantize_embeddings'")
     assert share >= 0.999
-    floats = np.array(columns[UNQUANTIZED].to_pylist(), dtype=np.float32)  # what the gate reads
-    assert np.array_equal(quantize(floats, kind), ours)
+    floats = np.array(columns[FLOATS].to_pylist(), dtype=np.float32)  # what the gate reads
+    assert np.array_equal(to_codes(floats, kind), ours)
     same = task.agreement(columns, columns, QualityConfig())
     assert same.passed and same.metrics["cosine_min"] > 0.99999
 
@@ -294,7 +294,7 @@ def test_ranges_measured_on_repeats_never_write_one_vector_for_all(vectors, copi
             assert "dimension" in str(exc)
         return
     event("measured")
-    written = quantize(sample, kind, ranges).astype(int)
+    written = to_codes(sample, kind, ranges).astype(int)
     assert (written.max(axis=0) > written.min(axis=0)).all()
 
 
@@ -320,9 +320,9 @@ def test_ranges_are_usable_exactly_when_they_cut_into_two_steps(pairs):
     if problem is not None:
         assert problem.startswith("dimension ")
         with pytest.raises(ValueError, match="calibration ranges"):
-            quantize(ends, "uint8", ranges)
+            to_codes(ends, "uint8", ranges)
         return
-    written = quantize(ends, "uint8", ranges).astype(int)
+    written = to_codes(ends, "uint8", ranges).astype(int)
     assert (written[1] > written[0]).all()
 
 
@@ -401,7 +401,7 @@ def test_score_measures_past_repeated_texts_and_refuses_one_text(minilm_path, sm
     assert len(np.unique(scored, axis=0)) == 41
     floats = st_encode(minilm_path, ["N/A", *texts[:31]])
     ranges = measure_ranges(floats)
-    reference = quantize(st_encode(minilm_path, texts), "int8", ranges)
+    reference = to_codes(st_encode(minilm_path, texts), "int8", ranges)
     assert (np.abs(scored[300:].astype(int) - reference.astype(int)) <= 1).all()
     with pytest.raises(JobError, match=r"only 1 text\(s\) could be scored"):
         batchscore.score(["N/A"] * 50, task="embed", quantize="uint8", precision="fp32")

@@ -1,5 +1,7 @@
-"""Quantized embeddings (`[embed].quantize`), computed as sentence-transformers'
-``quantize_embeddings`` computes them, so a vector store that reads its output reads ours.
+"""Vector codes: embeddings written as small integer codes (the job's `[embed].quantize`),
+computed as sentence-transformers' ``quantize_embeddings`` computes them, so a vector store
+that reads its output reads ours. (Quantized model weights are another thing:
+`batchscore.precision`.)
 
 - ``binary`` / ``ubinary``: one bit per dimension, set where the value is above zero, packed
   eight to a byte (``numpy.packbits``: the first dimension in the highest bit, the last byte
@@ -64,8 +66,8 @@ def unmeasurable(why: str) -> JobError:
     )
 
 
-def quantize(vectors: np.ndarray, kind: str, ranges: Ranges | None = None) -> np.ndarray:
-    """``vectors`` [rows, dim] (float32) as ``kind``: [rows, `width`] int8 or uint8."""
+def to_codes(vectors: np.ndarray, kind: str, ranges: Ranges | None = None) -> np.ndarray:
+    """``vectors`` [rows, dim] (float32) as ``kind``'s codes: [rows, `width`] int8 or uint8."""
     vectors = np.asarray(vectors, dtype=np.float32)
     if not len(vectors):  # a window whose every row failed: nothing to calibrate or pack
         dtype = np.int8 if TYPES[kind] == pa.int8() else np.uint8
@@ -91,7 +93,7 @@ def check_ranges(ranges: Ranges, dim: int, where: str) -> None:
         )
 
 
-def quantized_to_arrow(values: np.ndarray) -> pa.FixedSizeListArray:
+def codes_to_arrow(values: np.ndarray) -> pa.FixedSizeListArray:
     """[rows, width] int8 or uint8 -> fixed_size_list<int8|uint8>[width], from the buffer."""
     values = np.ascontiguousarray(values)
     kind = pa.int8() if values.dtype == np.int8 else pa.uint8()
