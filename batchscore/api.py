@@ -32,8 +32,8 @@ import pyarrow as pa
 
 from batchscore.errors import BatchscoreError, InputDataError, JobError, ShardsFailedError
 from batchscore.frames import Frame
-from batchscore.job.columns import clashes
-from batchscore.job.load import apply_overrides, apply_values, job_from_dict, read_job_file
+from batchscore.job.column_names import clashes
+from batchscore.job.parse import apply_overrides, apply_values, job_from_dict, read_job_file
 from batchscore.job.schema import did_you_mean, show
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
 from batchscore.measure.cache import DecisionCache, cache_folder

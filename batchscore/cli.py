@@ -26,7 +26,7 @@ from batchscore.exits import (
     stopping_on_signals,
     version_option,
 )
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import Job
 from batchscore.observe.phases import process_start
 from batchscore.recipes.heap import paused

@@ -195,3 +195,15 @@ def test_rooms_inside_rooms_are_ranked():
         assert INNER_RANKS[inner] < INNER_RANKS[parent], f"{inner} is not below {parent}'s top"
         entry = re.split(r"\n  (?=\S)", section.split(f"\n  {parent}/", 1)[1], maxsplit=1)[0]
         assert f"{name}/" in entry, f"README's {parent}/ entry does not name {name}/"
+
+
+def test_every_module_name_is_unique():
+    """One name per idea: no two modules share a name anywhere in the package (a room may
+    share its main module's name, as models/stack/stack.py does), so a name in an import, a
+    traceback or a conversation points at one file."""
+    seen: dict[str, list[str]] = {}
+    for name in MODULES:
+        if MODULES[name].name != "__init__.py":
+            seen.setdefault(name.rsplit(".", 1)[-1], []).append(name)
+    twice = {short: names for short, names in seen.items() if len(names) > 1}
+    assert not twice, f"module names used twice: {twice}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscore.errors import JobError, ModelError
-from batchscore.job.columns import clashes
+from batchscore.job.column_names import clashes
 from batchscore.job.sections import InputConfig, Job, ModelConfig
 from batchscore.models.base import Adapter, Encoding, Task
 from batchscore.models.classify import ClassifyTask
@@ -44,7 +44,8 @@ def input_kinds(task: str, inp: InputConfig, options: Any) -> dict[str, str]:
 def check_outputs(job: Job) -> None:
     """An `id` or `keep` column named like one of the task's output columns (or `error`, which
     skipped rows carry) would make a file with two fields of one name: a job error. So would
-    one that differs from it only in case, for DuckDB, Spark and Hive (`batchscore.job.columns`)."""
+    one that differs from it only in case, for DuckDB, Spark and Hive
+    (`batchscore.job.column_names`)."""
     names = set(TASKS[job.model.task].output_names(job.task))
     names.update(f.name for f in error_fields(job.output.on_error))
     found = clashes(job.input.carried, names)

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchscore.cli import main
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import BatchingConfig, ModelConfig
 from batchscore.measure.auto import choose_auto, guessed_speedup
 from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache_folder

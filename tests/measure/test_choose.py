@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from batchscore.errors import QualityGateError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.runtimes import openvino_missing
 from batchscore.measure.auto import choose_auto
 from batchscore.measure.gate import judge, trial

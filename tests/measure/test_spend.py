@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.measure.auto import calibration_s, prospects
 from batchscore.measure.cache import Entry, Measured
 from batchscore.measure.gate import Trial

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from batchscore.errors import JobError, ModelError, OutputConflictError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, SummarizeConfig
 from batchscore.models.generate import GenerateTask, generative_kind
 from batchscore.models.generation.decode import Decoding, trim

@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import (
     ClassifyConfig,
     EmbedConfig,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from batchscore.errors import InputDataError, JobError, ModelError, OutputConflictError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import InputConfig, ModelConfig, TensorConfig
 from batchscore.models.numeric.factories import find_factory
 from batchscore.models.numeric.features import feature_matrix

@@ -23,7 +23,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.models.numeric.factories import mlp
 from batchscore.recipes.status import job_status
 from tests.commands import run, start, wait_for_commits

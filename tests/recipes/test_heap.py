@@ -6,7 +6,7 @@ import gc
 import weakref
 from pathlib import Path
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.heap import Frozen, paused
 

@@ -15,7 +15,7 @@ import transformers
 from click.testing import CliRunner
 
 from batchscore.cli import main
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.measure.cache import DecisionCache, Entry, Measured
 from batchscore.measure.settle import machine_key
 from batchscore.models.fingerprint import model_identity

@@ -14,7 +14,7 @@ import torch
 
 from batchscore.errors import JobError, ModelError
 from batchscore.job import runtimes
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.runtimes import RUNTIMES, openvino_missing
 from batchscore.job.sections import ModelConfig
 from batchscore.models.fingerprint import fingerprint_parts

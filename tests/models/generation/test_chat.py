@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from batchscore.cli import main
 from batchscore.errors import JobError, ModelError, OutputConflictError
-from batchscore.job.load import job_from_dict, load_job
+from batchscore.job.parse import job_from_dict, load_job
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig
 from batchscore.models.generate import PromptEncoding
 from batchscore.models.generation.chat import Chat, has_chat_template

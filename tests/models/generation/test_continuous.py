@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.models.generation.decode import generation_config, loop_decodes_alike
 from batchscore.models.generation.schedule import shared_start
 from batchscore.models.generation.seats import plain_cache

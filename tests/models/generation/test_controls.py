@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.errors import JobError, OutputConflictError
-from batchscore.job.load import job_from_dict, load_job
+from batchscore.job.parse import job_from_dict, load_job
 from batchscore.models.generation.stops import Stops
 from batchscore.recipes.driver import run_job
 from tests.conftest import read_output

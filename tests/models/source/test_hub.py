@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.errors import JobError, ModelError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import ModelConfig
 from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.source.hub import hub_cache

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.errors import ModelError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import EmbedConfig
 from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.stack.stack import read_stack

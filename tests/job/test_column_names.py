@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import batchscore
 from batchscore.errors import JobError
-from batchscore.job.load import job_from_dict
+from batchscore.job.parse import job_from_dict
 from batchscore.job.sections import ClassifyConfig
 from batchscore.models.tasks import TASKS, check_outputs
 from tests.commands import invoke

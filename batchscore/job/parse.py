@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscore.errors import JobError
-from batchscore.job.columns import case_twins
+from batchscore.job.column_names import case_twins
 from batchscore.job.paths import overlap_problem
 from batchscore.job.prompt import template_problem
 from batchscore.job.revision import revision_problem
