@@ -357,8 +357,7 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
     """
     with paused():
         from batchscore.measure.cache import DecisionCache, cache_folder
-        from batchscore.recipes.estimate import check_limits, format_plan
-        from batchscore.recipes.estimate import plan as plan_job
+        from batchscore.recipes.estimate import check_limits, format_plan, plan_job
 
     loaded = load(job, overrides)
     process = process_started()  # a run's start-up would end here, as this plan's does
