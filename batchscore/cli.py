@@ -26,10 +26,10 @@ from batchscore.exits import (
     stopping_on_signals,
     version_option,
 )
+from batchscore.heap import paused
 from batchscore.job.parse import load_job
 from batchscore.job.sections import Job
 from batchscore.observe.phases import process_start
-from batchscore.recipes.heap import paused
 from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")

@@ -45,10 +45,11 @@ RANKS = {
     "job": 1,  # the job file
     "observe": 1,  # counters, progress, logs, metrics, the report page
     "errors": 0,  # what every room may use: the error root, fault hooks, the version, threads,
-    "files": 0,  # and files in shared places (read safely, temp files made new)
-    "faults": 0,
+    "files": 0,  # files in shared places (read safely, temp files made new), and the heap
+    "faults": 0,  # set aside from the garbage collector while a run goes
     "version": 0,
     "threads": 0,
+    "heap": 0,
 }
 
 # Rooms inside a room, top to bottom: each ranks within its parent's place in the stack, so it

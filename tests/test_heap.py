@@ -6,9 +6,9 @@ import gc
 import weakref
 from pathlib import Path
 
+from batchscore.heap import Frozen, paused
 from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
-from batchscore.recipes.heap import Frozen, paused
 
 
 class Node:
