@@ -2,7 +2,7 @@
 
 (A generative `[model].path` makes summaries abstractive instead: see `generate.py`.)
 
-Sentences are those of the document's prose (`sentences.summary_sentences`: no headings, code
+Sentences are those of the document's prose (`text.sentences.summary_sentences`: no headings, code
 or link targets). Every sentence of every document in a window is one unit for the sampler, so
 sentences are batched by length across documents. Selection is maximal marginal relevance over
 centrality (similarity to the document's mean sentence), and the chosen sentences keep their

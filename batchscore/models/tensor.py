@@ -105,7 +105,7 @@ class TensorTask(Adapter):
 
     @classmethod
     def check_files(cls, path: Path, options: TensorConfig, *, allow_pickle: bool) -> None:
-        check_tensor_model(path, options)  # a file of its own formats (`formats`)
+        check_tensor_model(path, options)  # a file of its own formats (`numeric.formats`)
 
     def __init__(
         self,
