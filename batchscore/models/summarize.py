@@ -22,7 +22,7 @@ from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, Sum
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, fields
-from batchscore.models.generate import is_generative
+from batchscore.models.generation.architecture import is_generative
 from batchscore.models.stack.embedder import Embedder, check_stack_files, refuse_sparse
 from batchscore.models.stack.stack import stack_parts
 from batchscore.models.stack.stack_text import StackText

@@ -21,7 +21,8 @@ from batchscore.job.sections import InputConfig, Job, ModelConfig
 from batchscore.models.base import Adapter, Encoding, Task
 from batchscore.models.classify import ClassifyTask
 from batchscore.models.embed import EmbedTask
-from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask, is_generative
+from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask
+from batchscore.models.generation.architecture import is_generative
 from batchscore.models.summarize import SummarizeTask
 from batchscore.models.tensor import TensorTask
 from batchscore.runtime.executor import Executor

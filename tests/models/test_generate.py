@@ -17,7 +17,8 @@ import torch
 from batchscore.errors import JobError, ModelError, OutputConflictError
 from batchscore.job.parse import load_job
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, SummarizeConfig
-from batchscore.models.generate import GenerateTask, generative_kind
+from batchscore.models.generate import GenerateTask
+from batchscore.models.generation.architecture import generative_kind
 from batchscore.models.generation.decode import Decoding, trim
 from batchscore.models.tasks import load_task
 from batchscore.pipeline.sampler import form_batches, restore
