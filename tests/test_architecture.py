@@ -44,9 +44,11 @@ RANKS = {
     "storage": 2,  # where an output folder lives, and every name in it
     "job": 1,  # the job file
     "observe": 1,  # counters, progress, logs, metrics, the report page
-    "errors": 0,  # what every room may use: the error root, fault hooks, the version, threads,
-    "files": 0,  # files in shared places (read safely, temp files made new), and the heap
-    "faults": 0,  # set aside from the garbage collector while a run goes
+    # what every room may use: the error root, fault hooks, the version, threads, files in
+    # shared places (read safely, temp files made new), the heap kept from the collector
+    "errors": 0,
+    "files": 0,
+    "faults": 0,
     "version": 0,
     "threads": 0,
     "heap": 0,
@@ -136,8 +138,9 @@ def rank(here: str) -> tuple[int, int]:
 
 
 def inner_rooms() -> set[str]:
-    """The sub-packages of the rooms, as "models.generation"."""
-    return {".".join(p.parent.relative_to(PACKAGE).parts) for p in PACKAGE.glob("*/*/__init__.py")}
+    """The sub-packages of the rooms, at any depth, as "models.generation"."""
+    folders = [p.parent.relative_to(PACKAGE).parts for p in PACKAGE.rglob("__init__.py")]
+    return {".".join(parts) for parts in folders if len(parts) > 1}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -194,8 +197,9 @@ def test_rooms_inside_rooms_are_ranked():
     for inner in inner_rooms():
         parent, name = inner.rsplit(".", 1)
         assert INNER_RANKS[inner] < INNER_RANKS[parent], f"{inner} is not below {parent}'s top"
-        entry = re.split(r"\n  (?=\S)", section.split(f"\n  {parent}/", 1)[1], maxsplit=1)[0]
-        assert f"{name}/" in entry, f"README's {parent}/ entry does not name {name}/"
+        top = inner.split(".")[0]
+        entry = re.split(r"\n  (?=\S)", section.split(f"\n  {top}/", 1)[1], maxsplit=1)[0]
+        assert f"{name}/" in entry, f"README's {top}/ entry does not name {name}/"
 
 
 def test_every_module_name_is_unique():
