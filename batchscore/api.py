@@ -32,15 +32,16 @@ import pyarrow as pa
 
 from batchscore.errors import BatchscoreError, InputDataError, JobError, ShardsFailedError
 from batchscore.frames import Frame
-from batchscore.job.columns import clashes
-from batchscore.job.load import apply_overrides, apply_values, job_from_dict, read_job_file
+from batchscore.job.column_names import clashes
+from batchscore.job.parse import apply_overrides, apply_values, job_from_dict, read_job_file
 from batchscore.job.schema import did_you_mean, show
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
 from batchscore.measure.cache import DecisionCache, cache_folder
 from batchscore.measure.load import load_at
 from batchscore.measure.settle import settle
 from batchscore.models.base import Task
-from batchscore.models.locate import locate, model_identity
+from batchscore.models.fingerprint import model_identity
+from batchscore.models.source.locate import locate
 from batchscore.models.tasks import input_kinds
 from batchscore.observe.logs import slow_steps
 from batchscore.observe.progress import Progress

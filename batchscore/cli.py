@@ -26,10 +26,10 @@ from batchscore.exits import (
     stopping_on_signals,
     version_option,
 )
-from batchscore.job.load import load_job
+from batchscore.heap import paused
+from batchscore.job.parse import load_job
 from batchscore.job.sections import Job
 from batchscore.observe.phases import process_start
-from batchscore.recipes.heap import paused
 from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
@@ -218,7 +218,8 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
         from batchscore.measure.cache import DecisionCache, cache_folder
         from batchscore.measure.settle import check as check_quality
         from batchscore.measure.settle import machine_key
-        from batchscore.models.locate import locate, model_identity
+        from batchscore.models.fingerprint import model_identity
+        from batchscore.models.source.locate import locate
 
     loaded = load(job, overrides)
     path = locate(loaded.model)
@@ -356,8 +357,7 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
     """
     with paused():
         from batchscore.measure.cache import DecisionCache, cache_folder
-        from batchscore.recipes.estimate import check_limits, format_plan
-        from batchscore.recipes.estimate import plan as plan_job
+        from batchscore.recipes.estimate import check_limits, format_plan, plan_job
 
     loaded = load(job, overrides)
     process = process_started()  # a run's start-up would end here, as this plan's does

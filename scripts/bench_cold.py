@@ -125,8 +125,8 @@ def measuring(report: dict) -> float:
 
 def auto_budget(job: Path, precision: str) -> int:
     """The budget "auto" derives for the job's model at ``precision`` on this machine."""
-    from batchscore.job.load import load_job
-    from batchscore.models.locate import locate
+    from batchscore.job.parse import load_job
+    from batchscore.models.source.locate import locate
     from batchscore.recipes.estimate import planned_budget
 
     settings = load_job(job, [f'model.precision="{precision}"'])

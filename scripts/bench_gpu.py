@@ -25,7 +25,7 @@ import sample_corpus  # noqa: E402
 
 def run(job_text: str, folder: Path, sets: list[str]) -> tuple[dict, pa.Table]:
     """One in-process `batchscore run` from scratch; its report and output."""
-    from batchscore.job.load import load_job
+    from batchscore.job.parse import load_job
     from batchscore.recipes.driver import run_job
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def dataset(seed: int = 0) -> pa.Table:
 
 def train(table: pa.Table, epochs: int = 300, seed: int = 0) -> tuple[torch.nn.Module, float]:
     """The MLP trained on the train rows, and its accuracy on the test rows."""
-    from batchscore.models.factories import mlp
+    from batchscore.models.numeric.factories import mlp
 
     x = torch.from_numpy(np.stack(table.column("measurements").to_numpy(zero_copy_only=False)))
     y = torch.tensor([CLASSES.index(d) for d in table.column("diagnosis").to_pylist()])

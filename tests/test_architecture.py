@@ -8,6 +8,7 @@ way a cycle is hidden) and needs nothing imported.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,8 @@ LAZY_ALLOWED = {"batchscore.cli", "batchscore"}
 MAX_LINES = 400  # a module past this is a question (docs/style.md), not a number to squeeze under
 # The stack, top to bottom (README's "How it is built" draws it): a module imports modules of its
 # own room or of rooms ranked below it, never above, lazy imports included. A room is a
-# sub-package, or a module at the top of batchscore/ ("batchscore" is the package root).
+# sub-package, or a module at the top of batchscore/ ("batchscore" is the package root); a
+# sub-package of a room is a room of its own, ranked within its parent (`INNER_RANKS`).
 RANKS = {
     "__main__": 14,  # `python -m batchscore`
     "batchscore": 14,  # the package root: the Python API, imported on first use
@@ -42,11 +44,25 @@ RANKS = {
     "storage": 2,  # where an output folder lives, and every name in it
     "job": 1,  # the job file
     "observe": 1,  # counters, progress, logs, metrics, the report page
-    "errors": 0,  # what every room may use: the error root, fault hooks, the version, threads,
-    "files": 0,  # and files in shared places (read safely, temp files made new)
+    # what every room may use: the error root, fault hooks, the version, threads, files in
+    # shared places (read safely, temp files made new), the heap kept from the collector
+    "errors": 0,
+    "files": 0,
     "faults": 0,
     "version": 0,
     "threads": 0,
+    "heap": 0,
+}
+
+# Rooms inside a room, top to bottom: each ranks within its parent's place in the stack, so it
+# imports its parent's lower rooms and the rooms below its parent, never its parent's top.
+INNER_RANKS = {
+    "models": 5,  # the task table, the adapters, the fingerprint, and what the adapters share
+    "models.generation": 3,  # decoding, stop strings, chat templates, continuous batching
+    "models.numeric": 3,  # the tensor task's feature columns, model files and factories
+    "models.stack": 3,  # the sentence-transformers stack: read, one module, its text and weights
+    "models.text": 1,  # the tokenizer, its template, windows, sentences, a task's text inputs
+    "models.source": 1,  # where a model is (locate, hub), its folder checked and loaded
 }
 
 
@@ -110,22 +126,34 @@ def find_cycle() -> list[str] | None:
 
 
 def room(name: str) -> str:
-    """The room a module belongs to: its sub-package, or the module itself at the top."""
-    parts = name.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
+    """The room a module belongs to: the package that holds it below batchscore/ (a
+    sub-package's as "models.generation"), or the module itself at the top."""
+    folder = MODULES[name].parent.relative_to(PACKAGE).parts
+    return ".".join(folder) or name.split(".")[-1]
+
+
+def rank(here: str) -> tuple[int, int]:
+    """A room's place in the stack: its top room's rank, then its rank inside that room."""
+    return RANKS[here.split(".")[0]], INNER_RANKS.get(here, 0)
+
+
+def inner_rooms() -> set[str]:
+    """The sub-packages of the rooms, at any depth, as "models.generation"."""
+    folders = [p.parent.relative_to(PACKAGE).parts for p in PACKAGE.rglob("__init__.py")]
+    return {".".join(parts) for parts in folders if len(parts) > 1}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_every_import_points_down_the_stack(name: str):
     """Lazy imports included: the front doors' are for cost, never to reach up."""
     here = room(name)
-    assert here in RANKS, f"{here} has no place in the stack (RANKS)"
+    assert here.split(".")[0] in RANKS, f"{here} has no place in the stack (RANKS)"
     up = [
         target
         for target, _ in imports(name)
-        if target in MODULES and room(target) != here and RANKS[room(target)] >= RANKS[here]
+        if target in MODULES and room(target) != here and rank(room(target)) >= rank(here)
     ]
-    assert not up, f"{name} ({here}, rank {RANKS[here]}) imports {up}, which are not below it"
+    assert not up, f"{name} ({here}, rank {rank(here)}) imports {up}, which are not below it"
 
 
 def test_data_flows_one_way():
@@ -158,3 +186,29 @@ def test_the_tree_names_the_rooms():
     drawn = sorted(rooms, key=lambda name: section.index(f"\n  {name}/"))
     ranks = [RANKS[name] for name in drawn]
     assert ranks == sorted(ranks, reverse=True), f"README draws another stack: {drawn}"
+
+
+def test_rooms_inside_rooms_are_ranked():
+    """Every sub-package of a room has its rank inside that room, below its parent's own
+    modules, and the README names it in its parent's entry."""
+    assert inner_rooms() == set(INNER_RANKS) - set(RANKS)
+    readme = (PACKAGE.parent / "README.md").read_text()
+    section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
+    for inner in inner_rooms():
+        parent, name = inner.rsplit(".", 1)
+        assert INNER_RANKS[inner] < INNER_RANKS[parent], f"{inner} is not below {parent}'s top"
+        top = inner.split(".")[0]
+        entry = re.split(r"\n  (?=\S)", section.split(f"\n  {top}/", 1)[1], maxsplit=1)[0]
+        assert f"{name}/" in entry, f"README's {top}/ entry does not name {name}/"
+
+
+def test_every_module_name_is_unique():
+    """One name per idea: no two modules share a name anywhere in the package (a room may
+    share its main module's name, as models/stack/stack.py does), so a name in an import, a
+    traceback or a conversation points at one file."""
+    seen: dict[str, list[str]] = {}
+    for name in MODULES:
+        if MODULES[name].name != "__init__.py":
+            seen.setdefault(name.rsplit(".", 1)[-1], []).append(name)
+    twice = {short: names for short, names in seen.items() if len(names) > 1}
+    assert not twice, f"module names used twice: {twice}"

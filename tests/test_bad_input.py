@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.errors import BadRowsError, InputDataError, JobError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.conftest import output_files, read_output, source_of
 from tests.reliability import make_job

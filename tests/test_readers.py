@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.conftest import ROOT, write_job
 

@@ -15,7 +15,7 @@ import pytest
 
 from batchscore import faults
 from batchscore.errors import InputDataError, TransientIOError, WriteError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.commands import start
 from tests.conftest import read_output

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.commands import start, wait_for_commits
 from tests.conftest import read_output

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from batchscore.errors import ModelError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.conftest import read_output
 from tests.reliability import make_job

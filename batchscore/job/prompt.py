@@ -1,7 +1,7 @@
 """Prompt templates: `str.format` fields name input columns, e.g. ``"Question: {question}"``.
 
 Checked when the job file loads (`template_problem`), before any model is imported; rendered
-per row by `batchscore.models.prompt`. Only plain ``{column}`` fields are allowed: a field is
+per row by `batchscore.models.text.inputs`. Only plain ``{column}`` fields are allowed: a field is
 its column's text as it is. Attribute or index access (``{a.b}``, ``{a[0]}``) would let a
 template reach into Python objects; a format spec (``{a:.2f}``, ``{a:d}``) fails on a string
 at the first row, or pads and cuts the text (``{a:>9}``, ``{a:.5}``); a conversion

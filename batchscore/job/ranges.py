@@ -6,7 +6,7 @@ Quantizing cuts each dimension's range into 255 equal steps, in float32 as
 sentence-transformers does. A range float32 cannot cut (a minimum equal to its maximum, a
 width too narrow to step through or too wide to hold) would put every value of the dimension
 on one step, silently; such ranges are refused wherever they come from, by this one check,
-which is the very arithmetic `batchscore.models.quantize` does.
+which is the very arithmetic `batchscore.models.vector_codes` does.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ MAX_ACTOR_GPUS = 64.0
 
 # A task key added after output folders were first written marks itself with this: the
 # fingerprint records it only when it is set away from its default, so a folder written before
-# the key existed still resumes (`batchscore.models.tasks.task_options`).
+# the key existed still resumes (`batchscore.models.fingerprint.task_options`).
 WHEN_SET = {"fingerprint": "when set"}
 
 

@@ -31,7 +31,7 @@ import torch
 
 from batchscore.errors import WriteError
 from batchscore.files import Refused, read_shared, writable_by_others
-from batchscore.storage.local import write_json
+from batchscore.storage.disk import write_json
 from batchscore.threads import available_cores
 
 log = logging.getLogger("batchscore")

@@ -29,6 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from batchscore.errors import BookkeepingError, OutputConflictError
+from batchscore.job.ranges import Ranges
 from batchscore.job.runtimes import OPENVINO, openvino_wanted
 from batchscore.job.sections import Job
 from batchscore.measure.auto import choose_auto, measured
@@ -38,7 +39,6 @@ from batchscore.measure.choose import choose_precision
 from batchscore.measure.gate import Trial, trial
 from batchscore.measure.load import trial_budget
 from batchscore.models.embed import calibrates, measured_ranges
-from batchscore.models.quantize import Ranges
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.contents import footer_precision, footer_ranges

@@ -10,7 +10,6 @@ scorings of the same rows (the quality gate's measure).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,7 +18,7 @@ import pyarrow as pa
 
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.locate import check_model_files
+from batchscore.models.source.locate import check_model_files
 from batchscore.work.units import Encoded
 
 
@@ -95,60 +94,10 @@ def fields(names: tuple[str, ...], types: dict[str, pa.DataType]) -> list[pa.Fie
     return [pa.field(name, types[name]) for name in names]
 
 
-# Characters that carry no text: whitespace, controls (NUL), and the invisible format characters
-# a copy-paste leaves behind (zero-width spaces and joiners, BOM, soft hyphen, bidi marks).
-BLANK = re.compile(r"[\s\x00-\x1f\x7f\u00ad\u180e\u200b-\u200f\u2028-\u202f\u2060-\u206f\ufeff]*")
-
-
-def text_values(
-    column: pa.ChunkedArray | pa.Array, name: str, *, blank_ok: bool = False
-) -> tuple[list[str | None], dict[int, str]]:
-    """A text column as Python strings, whatever its Arrow layout (string, large_string,
-    string_view, dictionary-encoded, chunked), and an error per row that holds no usable text:
-    null, not valid UTF-8 (surrogates included), or (unless ``blank_ok``) nothing but invisible
-    characters. Such a row gets None."""
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    values: list[str | None] = []
-    errors: dict[int, str] = {}
-    for chunk in chunks:
-        if pa.types.is_dictionary(chunk.type):
-            chunk = chunk.dictionary_decode()
-        for raw in chunk.cast(pa.large_binary()).to_pylist():  # no UTF-8 decoding in Arrow
-            row = len(values)
-            if raw is None:
-                errors[row] = f"column {name!r}: text is null"
-                values.append(None)
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                errors[row] = f"column {name!r}: not valid UTF-8 (byte {exc.start})"
-                values.append(None)
-                continue
-            if not blank_ok and BLANK.fullmatch(text):
-                errors[row] = f"column {name!r}: text is empty"
-                text = None
-            values.append(text)
-    return values, errors
-
-
-def text_rows(table: pa.Table, column: str) -> tuple[list[str], np.ndarray, dict[int, str]]:
-    """The usable texts of ``column``, the rows they come from, and an error per other row.
-
-    A null, undecodable or blank text is an error rather than an empty input: scoring it would
-    write a confident-looking result for a row that holds nothing.
-    """
-    values, errors = text_values(table.column(column), column)
-    rows = [i for i in range(len(values)) if i not in errors]
-    return [values[i] for i in rows], np.asarray(rows, dtype=np.int64), errors
-
-
-def pair_rows(
-    table: pa.Table, column: str, pair: str
-) -> tuple[list[str], list[str], np.ndarray, dict[int, str]]:
-    """Like `text_rows`, for rows read as a pair of texts: both must hold text."""
-    firsts, errors = text_values(table.column(column), column)
-    seconds, pair_errors = text_values(table.column(pair), pair)
-    errors = {**pair_errors, **errors}
-    rows = [i for i in range(table.num_rows) if i not in errors]
-    return [firsts[i] for i in rows], [seconds[i] for i in rows], np.asarray(rows, np.int64), errors
+def vectors_to_arrow(vectors: np.ndarray, dim: int) -> pa.FixedSizeListArray:
+    """[rows, dim] float32 -> fixed_size_list<float32>[dim] without a Python loop (polars reads
+    it as an Array, pyarrow and Lance as vectors). Built from the buffer: ``pa.array`` of a
+    numpy array first asks whether it is a pandas object, which imports pandas (0.4 s)."""
+    values = np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1)
+    flat = pa.Array.from_buffers(pa.float32(), len(values), [None, pa.py_buffer(values)])
+    return pa.FixedSizeListArray.from_arrays(flat, dim)

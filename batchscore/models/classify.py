@@ -5,7 +5,7 @@ Probabilities are the softmax of the logits, or per-label sigmoids for a model w
 ``problem_type = "multi_label_classification"``; labels are the model's own ``id2label`` names.
 A one-logit model is a cross-encoder reranker (ms-marco-MiniLM, bge-reranker): with
 `[input].text_pair` it writes one ``score`` per row, its logit through the activation
-sentence-transformers' ``CrossEncoder.predict`` applies (`crossencoder.py`), and no label.
+sentence-transformers' ``CrossEncoder.predict`` applies (`stack/crossencoder.py`), and no label.
 With `[input].text_pair`, each row is read as a pair of texts, as cross-encoders and NLI models
 are trained to read them (with their segment ids). With `[model].long_text = "chunk"`, a long
 text (a pair's second text) is read in windows: a classifier's probabilities are the windows'
@@ -26,17 +26,17 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Adapter, fields, pair_rows, text_rows
-from batchscore.models.crossencoder import (
+from batchscore.models.base import Adapter, fields, vectors_to_arrow
+from batchscore.models.source.locate import check_model_files, load_pretrained
+from batchscore.models.stack.crossencoder import (
     activation_module,
     activation_name,
     read_cross_encoder,
 )
-from batchscore.models.embed import vectors_to_arrow
-from batchscore.models.locate import check_model_files, load_pretrained
-from batchscore.models.stack import read_json
-from batchscore.models.text import TextEncoder
-from batchscore.models.windows import mean_by_owner
+from batchscore.models.stack.stack import read_json
+from batchscore.models.text.inputs import pair_rows, text_rows
+from batchscore.models.text.text import TextEncoder
+from batchscore.models.text.windows import mean_by_owner
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 

@@ -1,12 +1,12 @@
 """The generate task: seq2seq (T5, BART) and decoder-only (GPT-2 style) text generation.
 
 Whether a folder holds a generative model, and of which kind, is read from its config
-(``architectures``, ``is_encoder_decoder``), never from a name. Prompts are padded on the side
+(`generation/architecture.py`), never from a name. Prompts are padded on the side
 the architecture needs so padding cannot change a row's output: an encoder reads right-padded
 rows under its attention mask, a decoder-only model continues left-padded rows (positions come
 from the mask), and each row's new tokens end at its first EOS or stop string. `transformers`'
 ``generate`` does the decoding, with its KV cache. With `[generate].chat` each row's prompt is
-the user turn of the model's chat template (`batchscore.models.chat`).
+the user turn of the model's chat template (`batchscore.models.generation.chat`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, Qu
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, fields
-from batchscore.models.chat import Chat, has_chat_template, no_template
-from batchscore.models.decode import (
+from batchscore.models.generation.architecture import generative_kind, read_config
+from batchscore.models.generation.chat import Chat, has_chat_template, no_template
+from batchscore.models.generation.decode import (
     Decoding,
     Picker,
     RowSampler,
@@ -33,48 +34,14 @@ from batchscore.models.decode import (
     stop_strings,
     trim,
 )
-from batchscore.models.locate import load_pretrained
-from batchscore.models.prompt import Prompt
-from batchscore.models.schedule import Limits, Prefixes, Schedule
-from batchscore.models.seats import Forward, plain_cache
-from batchscore.models.stops import Stops
-from batchscore.models.text import TextEncoder
+from batchscore.models.generation.schedule import Limits, Prefixes, Schedule
+from batchscore.models.generation.seats import Forward, plain_cache
+from batchscore.models.generation.stops import Stops
+from batchscore.models.source.locate import load_pretrained
+from batchscore.models.text.inputs import Prompt
+from batchscore.models.text.text import TextEncoder
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
-
-
-def generative_kind(config: Any) -> str | None:
-    """ "seq2seq", "decoder" or None (an encoder, a classifier, ...) for a transformers config."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
-    )
-
-    architectures = set(getattr(config, "architectures", None) or [])
-    if architectures & set(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values()):
-        return "seq2seq"
-    if architectures & set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()):
-        return "seq2seq" if config.is_encoder_decoder else "decoder"
-    if not architectures and config.is_encoder_decoder:
-        return "seq2seq"
-    return None
-
-
-def is_generative(path: Path, trust_remote_code: bool = False) -> bool:
-    """Whether ``path`` is a Hugging Face folder holding a text-generation model."""
-    if not (path / "config.json").is_file():
-        return False
-    return generative_kind(read_config(path, trust_remote_code)) is not None
-
-
-def read_config(path: Path, trust_remote_code: bool) -> Any:
-    """A model folder's config; one that needs code the job did not allow is a model error."""
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except Exception as exc:
-        raise ModelError(f"{path}: cannot read config.json: {exc}") from exc
 
 
 class PromptEncoding:

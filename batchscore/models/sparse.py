@@ -25,11 +25,11 @@ from torch import nn
 
 from batchscore.job.sections import ModelConfig, QualityConfig
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.locate import load_pretrained
-from batchscore.models.stack import Stack
-from batchscore.models.stack_modules import Splade
-from batchscore.models.text import TextEncoder
-from batchscore.models.windows import reduce_by_owner
+from batchscore.models.source.locate import load_pretrained
+from batchscore.models.stack.stack import Stack
+from batchscore.models.stack.stack_modules import Splade
+from batchscore.models.text.text import TextEncoder
+from batchscore.models.text.windows import reduce_by_owner
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 

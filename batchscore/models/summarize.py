@@ -2,7 +2,7 @@
 
 (A generative `[model].path` makes summaries abstractive instead: see `generate.py`.)
 
-Sentences are those of the document's prose (`sentences.summary_sentences`: no headings, code
+Sentences are those of the document's prose (`text.sentences.summary_sentences`: no headings, code
 or link targets). Every sentence of every document in a window is one unit for the sampler, so
 sentences are batched by length across documents. Selection is maximal marginal relevance over
 centrality (similarity to the document's mean sentence), and the chosen sentences keep their
@@ -21,11 +21,13 @@ import pyarrow as pa
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, SummarizeConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Adapter, fields, text_rows
-from batchscore.models.embed import Embedder, StackText, check_stack_files, stack_parts
-from batchscore.models.generate import is_generative
-from batchscore.models.prompt import Prompt
-from batchscore.models.sentences import summary_sentences
+from batchscore.models.base import Adapter, fields
+from batchscore.models.generation.architecture import is_generative
+from batchscore.models.stack.embedder import Embedder, check_stack_files, refuse_sparse
+from batchscore.models.stack.stack import stack_parts
+from batchscore.models.stack.stack_text import StackText
+from batchscore.models.text.inputs import Prompt, text_rows
+from batchscore.models.text.sentences import summary_sentences
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 
@@ -105,11 +107,14 @@ class SummarizeTask(Adapter):
 
     @classmethod
     def check_files(cls, path: Path, options: object, *, allow_pickle: bool) -> None:
-        check_stack_files(path, options, allow_pickle=allow_pickle)
+        """The encoder's stack, which must be a dense one (its vectors rank the sentences)."""
+        stack = check_stack_files(path, prompt_name=None, allow_pickle=allow_pickle)
+        if stack is not None and stack.sparse:
+            refuse_sparse(stack)
 
     @classmethod
     def fingerprint_parts(cls, model: ModelConfig, path: Path, options: object) -> dict[str, str]:
-        return {} if cls.generates(model, path) else stack_parts(path, options)
+        return {} if cls.generates(model, path) else stack_parts(path)
 
     @classmethod
     def generates(cls, model: ModelConfig, path: Path) -> bool:

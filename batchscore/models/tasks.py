@@ -12,17 +12,17 @@ that part alone, which is all `batchscore plan` loads.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 from batchscore.errors import JobError, ModelError
-from batchscore.job.columns import clashes
+from batchscore.job.column_names import clashes
 from batchscore.job.sections import InputConfig, Job, ModelConfig
 from batchscore.models.base import Adapter, Encoding, Task
 from batchscore.models.classify import ClassifyTask
 from batchscore.models.embed import EmbedTask
-from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask, is_generative
+from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask
+from batchscore.models.generation.architecture import is_generative
 from batchscore.models.summarize import SummarizeTask
 from batchscore.models.tensor import TensorTask
 from batchscore.runtime.executor import Executor
@@ -45,7 +45,8 @@ def input_kinds(task: str, inp: InputConfig, options: Any) -> dict[str, str]:
 def check_outputs(job: Job) -> None:
     """An `id` or `keep` column named like one of the task's output columns (or `error`, which
     skipped rows carry) would make a file with two fields of one name: a job error. So would
-    one that differs from it only in case, for DuckDB, Spark and Hive (`batchscore.job.columns`)."""
+    one that differs from it only in case, for DuckDB, Spark and Hive
+    (`batchscore.job.column_names`)."""
     names = set(TASKS[job.model.task].output_names(job.task))
     names.update(f.name for f in error_fields(job.output.on_error))
     found = clashes(job.input.carried, names)
@@ -67,33 +68,6 @@ def check_outputs(job: Job) -> None:
 def check_model(task: str, path: Path, *, options: Any, allow_pickle: bool = False) -> None:
     """Check the model's files are there and in a loadable format, without loading weights."""
     TASKS[task].check_files(path, options, allow_pickle=allow_pickle)
-
-
-def task_options(options: Any) -> dict[str, Any]:
-    """The task section as the fingerprint records it: a prompt by its text (`model_parts`),
-    not its name; a key added after folders were first written (`WHEN_SET`) only when it is
-    set away from its default, so those folders still resume under a newer batchscore."""
-    values = dataclasses.asdict(options)
-    return {
-        f.name: values[f.name]
-        for f in dataclasses.fields(options)
-        if f.name != "prompt_name"
-        and not (
-            f.metadata.get("fingerprint") == "when set" and getattr(options, f.name) == f.default
-        )
-    }
-
-
-def model_parts(model: ModelConfig, path: Path, options: Any) -> dict[str, Any]:
-    """What decides the output besides the model's files: the revision, how long texts are
-    read, and the task's own parts (an encoder's stack and prompt). Each is recorded only when
-    it is there, so outputs made before batchscore read them still resume."""
-    parts: dict[str, Any] = {}
-    if model.revision is not None:
-        parts["revision"] = model.revision
-    if model.long_text != "truncate":
-        parts["long_text"] = model.long_text
-    return {**parts, **TASKS[model.task].fingerprint_parts(model, path, options)}
 
 
 def generates(model: ModelConfig, path: Path) -> bool:

@@ -17,11 +17,10 @@ from batchscore.errors import BatchscoreError, ModelError
 from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig, TensorConfig
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
-from batchscore.models.base import Adapter, fields
-from batchscore.models.embed import vectors_to_arrow
-from batchscore.models.factories import BUILTIN, find_factory, registered
-from batchscore.models.features import feature_matrix, is_list
-from batchscore.models.formats import check_export_archive, load_model, model_format
+from batchscore.models.base import Adapter, fields, vectors_to_arrow
+from batchscore.models.numeric.factories import BUILTIN, find_factory, registered
+from batchscore.models.numeric.features import feature_matrix, is_list
+from batchscore.models.numeric.formats import check_export_archive, load_model, model_format
 from batchscore.runtime.executor import Executor
 from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import Encoded
@@ -106,7 +105,7 @@ class TensorTask(Adapter):
 
     @classmethod
     def check_files(cls, path: Path, options: TensorConfig, *, allow_pickle: bool) -> None:
-        check_tensor_model(path, options)  # a file of its own formats (`formats`)
+        check_tensor_model(path, options)  # a file of its own formats (`numeric.formats`)
 
     def __init__(
         self,

@@ -41,6 +41,7 @@ from batchscore.job.ranges import unusable
 from batchscore.output.manifest import is_ours, problem
 from batchscore.output.settled import Decision
 from batchscore.storage import Store, open_store
+from batchscore.storage.disk import empty_folder
 from batchscore.storage.layout import (
     DONE,
     GONE,
@@ -59,7 +60,6 @@ from batchscore.storage.layout import (
     record_name,
     rejected_name,
 )
-from batchscore.storage.local import empty_folder
 from batchscore.storage.retry import Retry
 
 log = logging.getLogger("batchscore")

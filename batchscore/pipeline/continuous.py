@@ -2,8 +2,9 @@
 
 The sampler's batches still decide the order: their units, concatenated, are the queue rows
 take seats from, so rows seated together are alike in prompt length. The task's scheduler
-(`batchscore.models.schedule`) yields each row as it finishes; this stage puts the results back
-in unit order, as `scoring.run_window` does for static batches, so the writer sees no difference.
+(`batchscore.models.generation.schedule`) yields each row as it finishes; this stage puts the
+results back in unit order, as `scoring.run_window` does for static batches, so the writer sees
+no difference.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from batchscore.precision.units import VNNI_UNITS, cpu_has
+from batchscore.precision.cpu import VNNI_UNITS, cpu_has
 
 # uint8 activations with zero point 128: oneDNN's u8 x s8 path is its fast one (VNNI vpdpbusd
 # multiplies unsigned by signed bytes); signed int8 activations fall back to a reference kernel.

@@ -16,8 +16,8 @@ import torch
 
 from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import Precision as PrecisionName
+from batchscore.precision.cpu import BF16_UNITS, FP16_UNITS, VNNI_UNITS, cpu_has
 from batchscore.precision.int8_linear import int8_available, int8_problem, weight_levels
-from batchscore.precision.units import BF16_UNITS, FP16_UNITS, VNNI_UNITS, cpu_has
 
 
 def bf16_native(device: torch.device) -> bool:

@@ -28,7 +28,7 @@ from batchscore.job.sections import Job
 from batchscore.measure.cache import DecisionCache
 from batchscore.measure.settle import learn, recorded_decision, settle
 from batchscore.models.fingerprint import identity
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.models.tasks import check_outputs, input_kinds
 from batchscore.observe.logs import run_context
 from batchscore.observe.progress import Progress, stage

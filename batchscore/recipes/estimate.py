@@ -1,4 +1,4 @@
-"""`batchscore plan`'s time estimate, and the plan as a whole (`plan`, what the CLI calls).
+"""`batchscore plan`'s time estimate, and the plan as a whole (`plan_job`, what the CLI calls).
 
 The estimate is the run's phases (`batchscore.observe.phases`) as this machine would spend them:
 start-up (this very process's), the model's load, what the run will spend measuring, and
@@ -34,14 +34,15 @@ from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
 from batchscore.measure.settle import concrete, machine_key
 from batchscore.measure.spend import Ledger, next_to_try
-from batchscore.models.locate import locate, model_identity
+from batchscore.models.fingerprint import model_identity
+from batchscore.models.source.locate import locate
 from batchscore.models.tasks import generates
 from batchscore.observe.phases import describe
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import batches
 from batchscore.precision.table import available, check_precision, precision
-from batchscore.recipes.plan import SAMPLE_ROWS, plan_job
+from batchscore.recipes.plan import SAMPLE_ROWS, plan_counts
 from batchscore.runtime.device import resolve_device
 from batchscore.runtime.executor import Executor
 
@@ -52,7 +53,7 @@ TIMED_ROWS = 512
 TIMED_S = 15.0
 
 
-def plan(
+def plan_job(
     job: Job,
     *,
     sample_rows: int = SAMPLE_ROWS,
@@ -60,7 +61,7 @@ def plan(
     cache: DecisionCache | None = None,
     startup_s: float | None = None,
 ) -> dict[str, Any]:
-    """The dry run: `plan_job`'s counts, and an estimated wall time (None, with the reason,
+    """The dry run: `plan_counts`' counts, and an estimated wall time (None, with the reason,
     when there is no earlier run and ``timing`` is off). ``cache``: this machine's
     measurements, as the run would read them; ``startup_s``: this process's own start-up, the
     run's likely one."""
@@ -76,7 +77,7 @@ def plan(
     if job.model.precision == "auto":  # the run starts in fp32: its gate pass is its own work
         timed = dataclasses.replace(timed, model=dataclasses.replace(job.model, precision="fp32"))
     check_precision(timed.model.precision, resolve_device(timed.model.device))
-    planned, rows = plan_job(
+    planned, rows = plan_counts(
         timed,
         model_path,
         sample_rows=sample_rows,

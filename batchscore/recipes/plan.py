@@ -61,7 +61,7 @@ class Counts:
     timing_rows: list[pa.Table] = field(default_factory=list)  # rows for the timed sample
 
 
-def plan_job(
+def plan_counts(
     job: Job,
     model_path: Path,
     *,

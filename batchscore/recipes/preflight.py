@@ -22,7 +22,7 @@ from batchscore.job.runtimes import check_runtime_device
 from batchscore.job.sections import Job
 from batchscore.job.where import RowFilter
 from batchscore.models.fingerprint import identity
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.models.tasks import check_outputs, encoding, generates, input_kinds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, refusal

@@ -11,11 +11,11 @@ from types import TracebackType
 from typing import Any
 
 from batchscore.errors import BadRowsError, InputDataError, MetricsError, WriteError
+from batchscore.heap import Frozen
 from batchscore.job.sections import Job
 from batchscore.observe.metrics import write_metrics
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.recipes.heap import Frozen
 from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry
 from batchscore.version import __version__

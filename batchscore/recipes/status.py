@@ -18,7 +18,7 @@ from batchscore.errors import BatchscoreError, BookkeepingError, IncompleteError
 from batchscore.job.sections import Job
 from batchscore.measure.settle import proven_decision
 from batchscore.models.fingerprint import identity
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
 from batchscore.output.manifest import problems

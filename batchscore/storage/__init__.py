@@ -15,8 +15,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from batchscore.errors import JobError
+from batchscore.storage.disk import LocalStore
 from batchscore.storage.fs import filesystem, is_url, local_path
-from batchscore.storage.local import LocalStore
 from batchscore.storage.objects import ObjectStore
 from batchscore.storage.retry import Retry
 from batchscore.storage.store import Store

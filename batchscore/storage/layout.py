@@ -44,7 +44,7 @@ OWN_NAMES = {
     RUNS: re.compile(rf"{STAMP}\.json"),  # run reports (`report_name`)
 }
 KEPT_NAME = re.compile(rf"{STAMP}/(?:part-{KEY}\.parquet\.gone|{KEY}\.jsonl?)")  # `kept_name`
-# every fixed name: none of them may be a symbolic link (see `batchscore.storage.local`)
+# every fixed name: none of them may be a symbolic link (see `batchscore.storage.disk`)
 FIXED = (STATE, JOB, DONE, WRITING, RUNS, REJECTED, SETTLED, GONE, RESTART, STAGING, LOCK, SUCCESS)
 
 

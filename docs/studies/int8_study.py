@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import sample_corpus
 
-from batchscore.models.pooling import pool
-from batchscore.models.text import TextEncoder
+from batchscore.models.stack.pooling import pool
+from batchscore.models.text.text import TextEncoder
 from batchscore.pipeline.sampler import form_batches
 from batchscore.precision.int8 import quantize_int8
 

@@ -25,7 +25,7 @@ from transformers import (
 )
 
 from batchscore.job.sections import ModelConfig
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.runtime import bert
 from batchscore.runtime.packing import pack_linears
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 import sample_corpus
 
-from batchscore.models.text import TextEncoder
+from batchscore.models.text.text import TextEncoder
 from batchscore.pipeline.sampler import form_batches
 
 OVERHEADS = (0, 16, 32, 64, 128)

@@ -26,9 +26,9 @@ import torch
 from batchscore.errors import ModelError
 from batchscore.job.runtimes import OPENVINO
 from batchscore.job.sections import ModelConfig
-from batchscore.models.locate import locate
-from batchscore.models.pooling import pool
-from batchscore.models.text import TextEncoder
+from batchscore.models.source.locate import locate
+from batchscore.models.stack.pooling import pool
+from batchscore.models.text.text import TextEncoder
 from batchscore.pipeline.sampler import form_batches
 from batchscore.precision.int8 import quantize_int8
 from batchscore.precision.table import available, precision

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from batchscore.engines import local
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.conftest import read_output
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from batchscore.errors import EngineError, JobError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import RayConfig
 from batchscore.recipes.driver import run_job
 from tests.conftest import read_output, record_of

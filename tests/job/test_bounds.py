@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.errors import JobError
-from batchscore.job.load import job_from_dict
+from batchscore.job.parse import job_from_dict
 from tests.commands import invoke
 from tests.conftest import write_job
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from batchscore.errors import JobError
-from batchscore.job.load import load_job, parse_override
+from batchscore.job.parse import load_job, parse_override
 from batchscore.job.sections import DEFAULT_MODEL
 from tests.conftest import write_job
 

@@ -16,8 +16,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from batchscore.errors import JobError
-from batchscore.job.load import job_from_dict
-from batchscore.models.prompt import Prompt
+from batchscore.job.parse import job_from_dict
+from batchscore.models.text.inputs import Prompt
 from tests.commands import command, environment
 from tests.conftest import write_job
 

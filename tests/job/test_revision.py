@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.errors import JobError
-from batchscore.job.load import job_from_dict
-from batchscore.models.hub import snapshot
+from batchscore.job.parse import job_from_dict
+from batchscore.models.source.hub import snapshot
 from tests.commands import invoke
 
 COMMIT = "3" * 40

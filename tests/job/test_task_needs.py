@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from batchscore.errors import JobError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import TASK_SECTIONS
 from tests.conftest import write_job
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.errors import JobError, OutputConflictError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.where import RowFilter, where_problem
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status

@@ -16,13 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchscore.cli import main
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import BatchingConfig, ModelConfig
 from batchscore.measure.auto import choose_auto, guessed_speedup
 from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache_folder
 from batchscore.measure.gate import Trial
 from batchscore.measure.settle import machine_key, settle
-from batchscore.models.locate import locate, model_identity
+from batchscore.models.fingerprint import model_identity
+from batchscore.models.source.locate import locate
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision import table
 from batchscore.precision.int8_linear import int8_available

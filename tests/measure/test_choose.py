@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from batchscore.errors import QualityGateError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.runtimes import openvino_missing
 from batchscore.measure.auto import choose_auto
 from batchscore.measure.gate import judge, trial
 from batchscore.measure.settle import machine_key
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.table import available

@@ -16,12 +16,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.measure.auto import calibration_s, prospects
 from batchscore.measure.cache import Entry, Measured
 from batchscore.measure.gate import Trial
 from batchscore.measure.spend import TRIAL_SHARE, Ledger, Prospect, next_to_try, weigh
-from batchscore.models.locate import locate
+from batchscore.models.source.locate import locate
 from batchscore.precision.table import available, precision
 from batchscore.recipes.estimate import Spend
 from tests.machines import MACHINES

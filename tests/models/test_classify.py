@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from batchscore.errors import JobError, ModelError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig
 from batchscore.models.classify import ClassifyTask
 from batchscore.pipeline.sampler import form_batches, restore

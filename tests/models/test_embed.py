@@ -9,8 +9,8 @@ import torch
 
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
 from batchscore.models.embed import EmbedTask
-from batchscore.models.pooling import pool
-from batchscore.models.stack import read_stack
+from batchscore.models.stack.pooling import pool
+from batchscore.models.stack.stack import read_stack
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.runtime.executor import Executor
 

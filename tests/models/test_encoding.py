@@ -17,7 +17,7 @@ import safetensors.torch
 import torch
 import transformers
 
-from batchscore.job.load import job_from_dict
+from batchscore.job.parse import job_from_dict
 from batchscore.models.tasks import encoding, load_task
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from batchscore.errors import OutputConflictError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import ClassifyConfig, EmbedConfig, GenerateConfig, SummarizeConfig
-from batchscore.models.tasks import task_options
+from batchscore.models.fingerprint import task_options
 from batchscore.recipes.driver import run_job
 from tests.conftest import write_job
 

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from batchscore.errors import JobError, ModelError, OutputConflictError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, SummarizeConfig
-from batchscore.models.decode import Decoding, trim
-from batchscore.models.generate import GenerateTask, generative_kind
+from batchscore.models.generate import GenerateTask
+from batchscore.models.generation.architecture import generative_kind
+from batchscore.models.generation.decode import Decoding, trim
 from batchscore.models.tasks import load_task
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.precision.int8_linear import int8_available

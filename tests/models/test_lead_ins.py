@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchscore.job.sections import InputConfig, ModelConfig, SummarizeConfig
-from batchscore.models.markup import prose
-from batchscore.models.sentences import split_sentences, summary_sentences
 from batchscore.models.summarize import SummarizeTask
+from batchscore.models.text.markup import prose
+from batchscore.models.text.sentences import split_sentences, summary_sentences
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.runtime.executor import Executor
 

@@ -17,7 +17,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import (
     ClassifyConfig,
     EmbedConfig,
@@ -28,7 +28,7 @@ from batchscore.job.sections import (
 from batchscore.models.classify import ClassifyTask
 from batchscore.models.embed import EmbedTask
 from batchscore.models.summarize import SummarizeTask
-from batchscore.models.windows import cut, mean_by_owner
+from batchscore.models.text.windows import cut, mean_by_owner
 from batchscore.observe.report import summary
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.recipes.driver import run_job

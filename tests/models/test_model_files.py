@@ -1,4 +1,4 @@
-"""A model's files as every start reads them (`batchscore.models.locate.read_model_files`):
+"""A model's files as every start reads them (`batchscore.models.fingerprint.read_model_files`):
 each is read for the fingerprint, and a missing, dangling, unreadable or odd one is the model's
 error (exit 4) naming it, from `validate`, `status --check` and `run`. A file gone is never
 taken for other settings, whose advice (--restart) would discard every committed row."""
@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.errors import ModelError
-from batchscore.models.locate import model_identity
+from batchscore.models.fingerprint import model_identity
 from tests.commands import ROOT, invoke
 from tests.conftest import read_output, write_job
 from tests.models.st_folders import save_st, tiny_bert
@@ -68,7 +68,7 @@ def test_the_digest_is_the_one_earlier_versions_recorded(st_folder, minilm_path,
     (folder / "linked").symlink_to(folder / "1_Pooling")  # a folder linked to is not entered
     for path in (st_folder, minilm_path, folder, folder / "model.safetensors"):
         assert model_identity(path) == digest_before(path)
-    from batchscore.models.locate import read_model_files
+    from batchscore.models.fingerprint import read_model_files
 
     files = read_model_files(folder)
     assert files.digest == digest_before(folder)

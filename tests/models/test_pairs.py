@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from batchscore.errors import JobError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig
 from batchscore.models.classify import ClassifyTask
 from batchscore.models.fingerprint import fingerprint_parts

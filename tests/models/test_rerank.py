@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from batchscore.errors import JobError, ModelError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig, QualityConfig
 from batchscore.models import agreement
 from batchscore.models.classify import ClassifyTask

@@ -23,9 +23,9 @@ from batchscore.errors import ModelError
 from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, SummarizeConfig
 from batchscore.models.embed import EmbedTask
 from batchscore.models.sparse import SPARSE, densify, keep_largest, sparse_to_arrow
-from batchscore.models.stack import read_stack
+from batchscore.models.stack.stack import read_stack
 from batchscore.models.summarize import SummarizeTask
-from batchscore.models.windows import reduce_by_owner
+from batchscore.models.text.windows import reduce_by_owner
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job

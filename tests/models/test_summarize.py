@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.job.sections import InputConfig, ModelConfig, SummarizeConfig
-from batchscore.models.sentences import split_sentences, summary_sentences
 from batchscore.models.summarize import SummarizeTask, select_sentences
+from batchscore.models.text.sentences import split_sentences, summary_sentences
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.runtime.executor import Executor
 

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from batchscore.errors import InputDataError, JobError, ModelError, OutputConflictError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import InputConfig, ModelConfig, TensorConfig
-from batchscore.models.factories import find_factory
-from batchscore.models.features import feature_matrix
-from batchscore.models.formats import detect
+from batchscore.models.numeric.factories import find_factory
+from batchscore.models.numeric.features import feature_matrix
+from batchscore.models.numeric.formats import detect
 from batchscore.models.tensor import TensorTask, check_tensor_model
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.precision.int8_linear import int8_available

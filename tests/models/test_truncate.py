@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from batchscore.cli import main
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import EmbedConfig
 from batchscore.models.fingerprint import fingerprint_parts
 from tests.conftest import write_job

@@ -188,7 +188,7 @@ def mlp_files(
     """One small MLP, and its files: TorchScript, torch.export, safetensors (for the built-in
     ``mlp`` factory) and a torch.save pickle, all named ``.bin`` so only content tells them apart.
     """
-    from batchscore.models.factories import mlp
+    from batchscore.models.numeric.factories import mlp
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)

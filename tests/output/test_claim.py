@@ -23,8 +23,8 @@ from batchscore.errors import (
 )
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, check_claim, refusal
+from batchscore.storage.disk import LocalStore
 from batchscore.storage.layout import JOB
-from batchscore.storage.local import LocalStore
 from tests.commands import invoke
 from tests.conftest import record_of
 from tests.output.test_checkpoint import commit

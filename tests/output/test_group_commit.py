@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import sample_corpus
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.recipes.driver import run_job
 from batchscore.storage.layout import part_name

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchscore.errors import WriteError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
+from batchscore.storage.disk import LocalStore
 from batchscore.storage.layout import chunk_key, part_name, shard_key, staged_name
-from batchscore.storage.local import LocalStore
 from batchscore.storage.store import READ_LIMIT
 from tests.commands import invoke
 from tests.output.tiny import tiny_job, write_shard

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.errors import BookkeepingError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from tests.commands import invoke, run

@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from safetensors.torch import save_file
 
-from batchscore.job.load import load_job
-from batchscore.models.factories import mlp
+from batchscore.job.parse import load_job
+from batchscore.models.numeric.factories import mlp
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from tests.commands import run

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from batchscore.errors import OutputConflictError, WriteError
 from batchscore.output.manifest import facts_of
 from batchscore.output.writer import ChunkWriter
-from batchscore.storage.local import LocalStore
+from batchscore.storage.disk import LocalStore
 
 SCHEMA = pa.schema([("id", pa.string()), ("embedding", pa.list_(pa.float32()))])
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import torch
 from safetensors.torch import save_file
 
-from batchscore.models.factories import mlp
+from batchscore.models.numeric.factories import mlp
 from tests.conftest import write_job
 
 ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}

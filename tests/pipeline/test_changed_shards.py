@@ -23,8 +23,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from batchscore.job.load import load_job
-from batchscore.models.factories import mlp
+from batchscore.job.parse import load_job
+from batchscore.models.numeric.factories import mlp
 from batchscore.recipes.status import job_status
 from tests.commands import run, start, wait_for_commits
 from tests.conftest import output_files, source_of, write_job

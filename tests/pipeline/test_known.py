@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.api import data_job
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.observe.figures import page_numbers
 from batchscore.observe.html import render
 from batchscore.observe.progress import Progress

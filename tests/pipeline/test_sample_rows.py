@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.pipeline.stages import first_distinct, sample_rows
 from tests.conftest import write_job
 

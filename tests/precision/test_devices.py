@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from batchscore.errors import JobError, ModelError, OutputConflictError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import ModelConfig
 from batchscore.measure.budget import Shape, probe, shape_budget
 from batchscore.precision.table import available, bf16_native

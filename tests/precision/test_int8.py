@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from batchscore.models.pooling import pool
-from batchscore.models.text import TextEncoder
+from batchscore.models.stack.pooling import pool
+from batchscore.models.text.text import TextEncoder
 from batchscore.pipeline.sampler import form_batches
 from batchscore.precision.int8 import fewest_to_keep, max_passes, quantize_int8, search_passes
 from batchscore.precision.int8_linear import CHUNK_ROWS, Int8Linear, int8_available, weight_levels

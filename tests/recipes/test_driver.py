@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.errors import InputDataError, OutputConflictError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.conftest import output_files, read_output, record_of, source_of
 

@@ -15,13 +15,14 @@ import transformers
 from click.testing import CliRunner
 
 from batchscore.cli import main
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.measure.cache import DecisionCache, Entry, Measured
 from batchscore.measure.settle import machine_key
-from batchscore.models.locate import locate, model_identity
+from batchscore.models.fingerprint import model_identity
+from batchscore.models.source.locate import locate
 from batchscore.precision.table import available
 from batchscore.recipes.driver import run_job
-from batchscore.recipes.estimate import plan
+from batchscore.recipes.estimate import plan_job
 from tests.conftest import record_of, write_job
 from tests.models import tiny
 from tests.output.tiny import tiny_job, write_shard
@@ -43,7 +44,7 @@ def test_an_exact_plan_counts_what_the_run_then_does(embed_job: Path, monkeypatc
     sets = ["input.where=\"kind <> 'topic'\""]
     with monkeypatch.context() as patch:
         no_weights(patch)
-        planned = plan(load_job(embed_job, sets), timing=False)
+        planned = plan_job(load_job(embed_job, sets), timing=False)
     assert planned["estimate"] == {
         "wall_s": None,
         "basis": "no earlier run to go by, and timing is off",
@@ -55,7 +56,7 @@ def test_an_exact_plan_counts_what_the_run_then_does(embed_job: Path, monkeypatc
     assert planned["padding"]["efficiency"] == pytest.approx(report["padding_efficiency"], abs=1e-4)
     assert planned["truncated"] == report["truncated"] and planned["rows_committed"] == 0
 
-    done = plan(load_job(embed_job, sets), timing=False)
+    done = plan_job(load_job(embed_job, sets), timing=False)
     assert done["rows_committed"] == report["rows"] and done["chunks_to_score"] == 0
     assert done["estimate"]["wall_s"] == 0.0
 
@@ -74,7 +75,7 @@ def test_a_pair_job_in_windows_plans_what_its_run_then_does(tmp_path, shards, mi
     )  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:
         no_weights(patch)
-        planned = plan(load_job(job), timing=False)
+        planned = plan_job(load_job(job), timing=False)
     report = run_job(load_job(job))
     assert planned["rows_to_score"] == report["rows"] == 360 and report["chunked"] > 0
     assert_tokens_as_run(planned, report)
@@ -86,21 +87,21 @@ def test_a_plan_after_a_run_estimates_from_it_and_changes_nothing(embed_job: Pat
     records = [record_of(embed_job.parent / "out", 0, chunk) for chunk in range(3)]
     for record in records:  # shard 0's chunks (50 + 50 + 20 rows) are to do again
         record.unlink()
-    planned = plan(load_job(embed_job), timing=False)
+    planned = plan_job(load_job(embed_job), timing=False)
     assert planned["rows_committed"] == 240 and planned["rows_to_score"] == 120
     estimate = planned["estimate"]
     assert estimate["basis"].startswith(f"the last run ({report['run_id']})")
     assert estimate["load_s"] == pytest.approx(report["load_s"], abs=0.01)
     assert estimate["wall_s"] > estimate["load_s"]
     (embed_job.parent / "in/docs-001.parquet").touch()  # changed since: the run would redo it
-    again = plan(load_job(embed_job), timing=False)
+    again = plan_job(load_job(embed_job), timing=False)
     assert again["rows_to_score"] == 240
     assert len(list((embed_job.parent / "out/_batchscore/done").iterdir())) == 6  # untouched
 
 
 def test_a_big_input_is_sampled_with_an_error_bar(embed_job: Path):
-    exact = plan(load_job(embed_job), timing=False)["tokens"]["value"]
-    sampled = plan(load_job(embed_job), sample_rows=100, timing=False)
+    exact = plan_job(load_job(embed_job), timing=False)["tokens"]["value"]
+    sampled = plan_job(load_job(embed_job), sample_rows=100, timing=False)
     tokens = sampled["tokens"]
     assert not tokens["exact"] and 60 <= tokens["sampled_rows"] <= 140
     assert tokens["low"] <= exact <= tokens["high"]
@@ -109,7 +110,7 @@ def test_a_big_input_is_sampled_with_an_error_bar(embed_job: Path):
 
 
 def test_without_a_run_a_timed_sample_gives_the_rate(embed_job: Path):
-    estimate = plan(load_job(embed_job))["estimate"]
+    estimate = plan_job(load_job(embed_job))["estimate"]
     assert re.match(r"a timed sample on this machine \((\d+) rows, fp32\)", estimate["basis"])
     assert int(re.search(r"\((\d+) rows", estimate["basis"])[1]) == 360  # all of them: < 512
     assert estimate["rate"] > 0 and estimate["wall_s"] > estimate["load_s"] > 0
@@ -156,7 +157,7 @@ def test_a_plan_over_mixed_layouts_and_bad_shards_names_the_bad_ones(embed_job: 
     (folder / "docs-004.parquet").write_bytes(data[: len(data) // 2])
     for sample_rows in (50_000, 100):
         where = ["input.where=\"kind <> 'x'\""]
-        planned = plan(load_job(embed_job, where), sample_rows=sample_rows)
+        planned = plan_job(load_job(embed_job, where), sample_rows=sample_rows)
         assert planned["rows_to_score"] == 360
         assert planned["estimate"]["rate"] > 0  # timed on rows of every layout
         failures = {Path(f["shard"]).name: f["error"] for f in planned["failures"]}
@@ -174,7 +175,7 @@ def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, corp
     job = load_job(make_job(tmp_path, corpus), ["model.precision=auto", "quality.sample_rows=16"])
     faster = [p for p in available(torch.device("cpu")) if p != "fp32"]
     cache = DecisionCache(tmp_path / "cache")
-    cold = plan(job, cache=cache, startup_s=1.5)["estimate"]
+    cold = plan_job(job, cache=cache, startup_s=1.5)["estimate"]
     assert set(cold["parts"]) == {"start-up", "measuring", "loading", "scoring"}
     assert cold["parts"]["start-up"] == 1.5
     assert cold["wall_s"] == pytest.approx(sum(cold["parts"].values()), abs=0.1)
@@ -186,7 +187,7 @@ def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, corp
     name = faster[0]
     key = machine_key(job, model_identity(locate(job.model)))
     cache.put(key, Entry({name: Measured(speedup=50.0, load_s=0.1)}))
-    warm = plan(job, cache=cache)["estimate"]
+    warm = plan_job(job, cache=cache)["estimate"]
     assert warm["precision"] == name and not any(name in g for g in warm["guesses"])
     assert warm["parts"]["scoring"] < cold["parts"]["scoring"]
 
@@ -210,7 +211,7 @@ def test_a_plan_of_a_folder_whose_job_record_is_gone_warns_of_no_conflict(tmp_pa
     write_shard(tmp_path / "in/a.parquet", 9)
     run_job(load_job(job))
     (tmp_path / "out/_batchscore/job.json").unlink()
-    planned = plan(load_job(job), timing=False)
+    planned = plan_job(load_job(job), timing=False)
     assert planned["conflict"] is None and planned["rows_committed"] == 9
 
 

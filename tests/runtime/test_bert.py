@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from batchscore.job.sections import ModelConfig
-from batchscore.models.embed import load_transformer
-from batchscore.models.pooling import pool
-from batchscore.models.text import TextEncoder
+from batchscore.models.stack.embedder import load_transformer
+from batchscore.models.stack.pooling import pool
+from batchscore.models.text.text import TextEncoder
 from batchscore.precision.int8_linear import Int8Linear, int8_available
 from batchscore.runtime.bert import BertEncoder, load_bert, read_shape
 from batchscore.runtime.executor import Executor

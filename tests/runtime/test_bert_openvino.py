@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from batchscore.errors import ModelError
 from batchscore.job.runtimes import openvino_missing
-from batchscore.models.pooling import pool
-from batchscore.models.text import TextEncoder
+from batchscore.models.stack.pooling import pool
+from batchscore.models.text.text import TextEncoder
 from batchscore.precision.int8 import quantize_int8
 from batchscore.precision.int8_linear import Int8Linear, int8_available, weight_levels
 from batchscore.precision.table import bf16_native

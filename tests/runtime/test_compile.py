@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import ModelConfig
 from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.runtime.executor import Executor

@@ -57,7 +57,7 @@ def test_cuda_embeddings_match_cpu(embed_job, tmp_path):
     """The same job on the GPU in fp16 agrees with the CPU's fp32 output."""
     import numpy as np
 
-    from batchscore.job.load import load_job
+    from batchscore.job.parse import load_job
     from batchscore.recipes.driver import run_job
     from tests.conftest import read_output
 

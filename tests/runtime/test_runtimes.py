@@ -14,11 +14,12 @@ import torch
 
 from batchscore.errors import JobError, ModelError
 from batchscore.job import runtimes
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.runtimes import RUNTIMES, openvino_missing
 from batchscore.job.sections import ModelConfig
-from batchscore.models.embed import Embedder, StackText
 from batchscore.models.fingerprint import fingerprint_parts
+from batchscore.models.stack.embedder import Embedder
+from batchscore.models.stack.stack_text import StackText
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.table import available
 from batchscore.runtime.bert import BertEncoder

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from batchscore.errors import TransientIOError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.storage.conftest import Flaky
 from tests.storage.test_storage import s3_job, upload_shards

@@ -16,14 +16,14 @@ import pytest
 import sample_corpus
 
 from batchscore.errors import JobError, LockHeldError
-from batchscore.job.load import load_job
+from batchscore.job.parse import load_job
 from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.lock import hold_lock
 from batchscore.recipes.driver import run_job
 from batchscore.storage import open_store
+from batchscore.storage.disk import LocalStore
 from batchscore.storage.fs import filesystem
-from batchscore.storage.local import LocalStore
 from batchscore.work.shards import find_shards
 from tests.commands import start
 from tests.conftest import read_output, write_job
