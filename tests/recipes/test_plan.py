@@ -226,7 +226,7 @@ def test_the_estimate_is_within_2x_of_the_run_it_plans(tmp_path: Path, corpus, c
     if cache == "warm":  # another folder's run of the same job fills the cache: not compared
         run_job(load_job(make_job(tmp_path / "earlier", rows)), cache=kept)
     job = make_job(tmp_path / "planned", rows)
-    estimate = plan(load_job(job), cache=kept)["estimate"]
+    estimate = plan_job(load_job(job), cache=kept)["estimate"]
     report = run_job(load_job(job), cache=kept)
     ratio = estimate["wall_s"] / report["wall_s"]
     print(f"{cache}: estimate {estimate['wall_s']:.1f} s, run {report['wall_s']:.1f} s")
