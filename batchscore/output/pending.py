@@ -100,7 +100,7 @@ def pending_work(
     ``forget=False`` (a dry run) changes nothing on disk: what no longer holds counts pending.
     """
     plan = Pending()
-    rows_filter = RowFilter(inp.where) if inp.where is not None else None
+    rows_filter = inp.row_filter
     committed = stale(ckpt, shards, plan, fingerprint=fingerprint, forget=forget)
     by_shard: dict[str, list[dict]] = {}
     for key, record in committed.items():

@@ -35,7 +35,7 @@ log = logging.getLogger("batchscore")
 
 def input_columns(job: Job) -> tuple[str, ...]:
     """The input columns a run reads: carried ones, the task's, and those `where` tests."""
-    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
+    row_filter = job.input.row_filter
     needs = row_filter.columns if row_filter else ()
     kinds = input_kinds(job.model.task, job.input, job.task)
     return tuple(dict.fromkeys([*job.input.carried, *kinds, *needs]))
@@ -79,7 +79,7 @@ def windows(
     that fails reading yields one window carrying its error, after the rows read before it, and
     no more of its rows.
     """
-    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
+    row_filter = job.input.row_filter
     columns, size = input_columns(job), job.batching.window_rows
     gone: set[int] = set()  # shards that failed
     parts: list[Part] = []
@@ -181,7 +181,7 @@ def sample_rows(job: Job, rows: int) -> pa.Table:
     A shard that cannot be read, whose columns do not fit the job, or whose rows cannot join
     the others' is passed over: the run fails it alone, and measures on the rest.
     """
-    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
+    row_filter = job.input.row_filter
     kinds = input_kinds(job.model.task, job.input, job.task)
     columns = tuple(dict.fromkeys([*kinds, *(row_filter.columns if row_filter else ())]))
     sample: pa.Table | None = None

@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from batchscore.errors import InputDataError
 from batchscore.job.sections import Job
-from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoding
 from batchscore.models.fingerprint import identity
 from batchscore.models.tasks import encoding, input_kinds
@@ -164,7 +163,7 @@ def count(
             counts.timing_rows.append(table.take(np.flatnonzero(pick.random(len(table)) < timing)))
             add_window(counts, window)
         return counts
-    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
+    row_filter = job.input.row_filter
     columns, failed = input_columns(job), set()
     for chunk in chunks:
         if chunk.shard.index in failed:
