@@ -174,7 +174,8 @@ def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, corp
     job = load_job(make_job(tmp_path, corpus), ["model.precision=auto", "quality.sample_rows=16"])
     faster = [p for p in available(torch.device("cpu")) if p != "fp32"]
     cache = DecisionCache(tmp_path / "cache")
-    cold = plan(job, cache=cache, startup_s=1.5)["estimate"]
+    environ = {"BATCHSCORE_CACHE_DIR": str(tmp_path / "cache")}
+    cold = plan(job, environ=environ, startup_s=1.5)["estimate"]
     assert set(cold["parts"]) == {"start-up", "measuring", "loading", "scoring"}
     assert cold["parts"]["start-up"] == 1.5
     assert cold["wall_s"] == pytest.approx(sum(cold["parts"].values()), abs=0.1)
@@ -186,7 +187,7 @@ def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, corp
     name = faster[0]
     key = machine_key(job, model_identity(locate(job.model)))
     cache.put(key, Entry({name: Measured(speedup=50.0, load_s=0.1)}))
-    warm = plan(job, cache=cache)["estimate"]
+    warm = plan(job, environ=environ)["estimate"]
     assert warm["precision"] == name and not any(name in g for g in warm["guesses"])
     assert warm["parts"]["scoring"] < cold["parts"]["scoring"]
 
