@@ -1,17 +1,16 @@
 """The Python API: `run` a job as the command line does, or `score` a data frame in memory.
 
 Both raise the package's exceptions (`batchscore.errors`, each with the CLI's ``exit_code``),
-never ``SystemExit``. `score` keeps loaded models in this process (`LOADED`), so a notebook that
-scores twice with the same settings loads, gates and calibrates the model once.
+never ``SystemExit``. `score` keeps loaded models in this process (`recipes.score.LOADED`), so
+a notebook that scores twice with the same settings loads, gates and calibrates the model once.
 
 A call that takes longer than `SAY_AFTER_S` says what it is doing on stderr (loading the model,
 the quality gate, then a progress bar), unless the program logs for itself: a notebook's first
 call on a fresh machine is not silent for a minute.
 
-Calls from several threads take turns (`TURN`): a loaded model (its counters, its generation
-caches, the gate's results) serves one call at a time, torch already spreads one call over
-every core, and two calls loading models at once would import transformers from two threads,
-where one can meet the other's half-initialised modules ("cannot import name 'AutoConfig'").
+Each call runs one recipe (`batchscore.recipes`: `driver.run_job`, `score.score_rows`) and only
+translates: its arguments into a job, frames into Arrow and back, the command line's words in
+messages into Python's. Calls from several threads take turns (`batchscore.recipes.score.TURN`).
 """
 
 from __future__ import annotations
@@ -20,39 +19,20 @@ import contextlib
 import copy
 import dataclasses
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
-import pyarrow as pa
-
-from batchscore.errors import BatchscoreError, InputDataError, JobError, ShardsFailedError
+from batchscore.errors import BatchscoreError, JobError, ShardsFailedError
 from batchscore.frames import Frame
-from batchscore.job.column_names import clashes
 from batchscore.job.parse import apply_overrides, apply_values, job_from_dict, read_job_file
 from batchscore.job.schema import did_you_mean, show
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
-from batchscore.measure.cache import DecisionCache, cache_folder
-from batchscore.measure.load import load_at
-from batchscore.measure.settle import settle
-from batchscore.models.base import Task
-from batchscore.models.fingerprint import model_identity
-from batchscore.models.source.locate import locate
-from batchscore.models.tasks import input_kinds
 from batchscore.observe.logs import slow_steps
-from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunReport
-from batchscore.pipeline.known import Known
-from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
-from batchscore.pipeline.stages import first_distinct
 from batchscore.recipes.driver import run_job
-from batchscore.runtime.executor import Executor
-from batchscore.work.row_errors import error_fields, with_errors
-from batchscore.work.shards import check_columns
+from batchscore.recipes.score import MEMORY, TURN, columns_read, score_rows
 
 __all__ = ["RunReport", "run", "score"]
 SAY_AFTER_S = 1.0  # a step (or scoring) that runs longer is said, on stderr
@@ -64,7 +44,6 @@ NOT_OPTIONS = {
     "model": {"task", "name", "path"},
     "output": {"path", "chunk_rows"},
 }
-KEEP_LOADED = 2  # models `score` keeps loaded (each can be hundreds of MB)
 # The names sentence-transformers and `run`'s own arguments give what a job key does
 ALIASES = {"batch_size": "max_rows", "accept_quality": "accept"}
 GENERATING = ("generate", "summarize")  # tasks with max_new_tokens, where max_tokens misleads
@@ -104,14 +83,13 @@ def run(
         loaded = job_of(job, overrides)
         if progress not in (None, "bar", "log", "off"):
             raise JobError(f'run(): progress: expected "bar", "log" or "off", got {progress!r}')
-        cache = DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir))
         try:
             report = run_job(
                 loaded,
                 restart=restart,
                 accept_quality=accept_quality,
                 progress=progress or "off",
-                cache=cache,
+                environ=os.environ,
             )
         except ShardsFailedError as exc:
             exc.report = RunReport.of(exc.report)
@@ -213,37 +191,20 @@ def score(
 
 
 def score_frame(frame: Frame, job: Job, progress: str = "off") -> Any:
-    """`score`'s work on a frame, once the job is built (the caller holds `TURN`); ``progress``
-    "bar" shows a bar on stderr once scoring has taken `SAY_AFTER_S`."""
-    task = job.model.task
-    kinds = input_kinds(task, job.input, job.task)
-    read = frame.arrow(kinds)
-    table = read.table
-    check_columns(MEMORY_SHARD, table.schema, (), kinds)  # each column of the kind it must be
-    if read.bad and job.output.on_error == "fail":  # a cell that is not text: nothing to load
-        row, message = next(iter(read.bad.items()))
-        raise InputDataError(f"{MEMORY}: row {row}, {message}")
-    ready = load(job, table)
-    written = [f.name for f in ready.task.columns]
-    written += [f.name for f in error_fields(job.output.on_error)]
-    clash = [theirs for _, theirs in clashes(written, frame.names)]  # case aside, as DuckDB
-    if clash:
-        raise JobError(
-            f"score(): the data already has column(s) {', '.join(clash)}, which task "
-            f"{task} writes (DuckDB, Spark and Hive ignore case); rename or drop them first"
-        )
-    settled = dataclasses.replace(job, model=ready.job.model, batching=ready.job.batching)
-    known, ready.known = ready.known, None  # the gate's results: for this call's rows alone
-    scored, _ = score_table(
-        settled,
-        table,
-        task=ready.task,
-        executor=ready.executor,
-        progress=Progress(table.num_rows, progress, delay_s=SAY_AFTER_S),
-        known=known,
+    """`score`'s work on a frame, once the job is built (the caller holds `TURN`): the columns
+    the task reads, as Arrow, through the recipe, and its columns back onto the frame;
+    ``progress`` "bar" shows a bar on stderr once scoring has taken `SAY_AFTER_S`."""
+    read = frame.arrow(columns_read(job))
+    scored = score_rows(
+        job,
+        read.table,
+        bad=read.bad,
+        names=frame.names,
+        environ=os.environ,
+        progress=progress,
+        delay_s=SAY_AFTER_S,
     )
-    # a cell that was not text (read as null) says what was wrong with it, not "text is null"
-    return frame.with_columns(with_errors(scored, read.bad))
+    return frame.with_columns(scored)
 
 
 def data_job(
@@ -324,45 +285,3 @@ def option_section(task: str, key: str, value: Any) -> str:
         f"score(): unknown option {key!r}{did_you_mean(key, known)}; the options are job "
         f"keys: {', '.join(known)}"
     )
-
-
-@dataclass
-class Ready:
-    """A model loaded for `score`: the concrete job ("auto" settled), its task and executor."""
-
-    job: Job
-    task: Task
-    executor: Executor
-    known: Known | None = None  # the gate's results for the first call's first rows
-
-
-LOADED: OrderedDict[str, Ready] = OrderedDict()  # settings -> model, least recently used first
-TURN = threading.RLock()  # held by each `run` and `score` call, and by `load`
-
-
-def load(job: Job, table: pa.Table) -> Ready:
-    """The model for these settings: loaded (gated, calibrated on ``table``'s first distinct
-    rows, as `sample_rows` reads a job's) on first use, then reused for as long as it is among
-    the `KEEP_LOADED` most recently used."""
-    model_path = locate(job.model)
-    key = repr((str(model_path), job.model, job.task, job.input, job.batching, job.quality))
-    with TURN:
-        if key in LOADED:
-            LOADED.move_to_end(key)
-            return LOADED[key]
-        kinds = input_kinds(job.model.task, job.input, job.task)  # repeats measure nothing
-        sample = first_distinct(table.select(list(kinds)), job.quality.sample_rows, set())
-        cache = DecisionCache(cache_folder(os.environ, job.quality.cache_dir))
-        files, rows = model_identity(model_path), table.num_rows
-        concrete, _, chosen = settle(
-            job, model_path, None, sample, cache=cache, model_files=files, rows=rows
-        )
-        if chosen is not None and chosen.task is not None:  # the gate's model, ready to use
-            ready = Ready(concrete, chosen.task, chosen.executor, chosen.known)
-        else:
-            executor = Executor(concrete.model)
-            ready = Ready(concrete, load_at(concrete, model_path, executor, sample), executor)
-        LOADED[key] = ready
-        while len(LOADED) > KEEP_LOADED:
-            LOADED.popitem(last=False)
-        return ready

@@ -130,10 +130,8 @@ def run(
         batchscore run jobs/embed.toml -q --metrics-file embed.prom
     """
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
-        from batchscore.measure.cache import DecisionCache, cache_folder
         from batchscore.observe.report import key_figures, summary
         from batchscore.recipes.driver import run_job
-        from batchscore.recipes.stopped import metrics_however_it_stops
 
     quiet = settings().quiet
     if progress == "auto":
@@ -145,14 +143,14 @@ def run(
     loaded = load(job, overrides)
     metrics = Path(metrics_file) if metrics_file else None
     try:
-        with stopping_on_signals(), metrics_however_it_stops(loaded, metrics):
+        with stopping_on_signals():
             report = run_job(
                 loaded,
                 restart=restart,
                 progress=progress,
                 accept_quality=accept_quality,
                 metrics_file=metrics,
-                cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
+                environ=os.environ,
                 process_started=process_started(),
             )
     except MetricsError as exc:  # every row committed: say so, then why the exit status is not 0
@@ -214,47 +212,20 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
         batchscore check jobs/embed.toml --export decisions.json
     """
     with paused():
-        from batchscore.errors import QualityGateError
-        from batchscore.measure.cache import DecisionCache, cache_folder
-        from batchscore.measure.settle import check as check_quality
-        from batchscore.measure.settle import machine_key
-        from batchscore.models.fingerprint import model_identity
-        from batchscore.models.source.locate import locate
+        from batchscore.recipes.check import check as check_job
+        from batchscore.recipes.check import check_passed, format_check, verdict
 
     loaded = load(job, overrides)
-    path = locate(loaded.model)
-    cache = DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir))
-    files = model_identity(path)
-    chosen, passed, before = check_quality(
-        loaded, path, cache=cache, model_files=files, refresh=refresh
-    )
-    lines: list[str] = []
-    if before is not None:
-        lines.append(f"measured on this machine before ({before.measured_at}):")
-        lines += [
-            f"  {name}: {seen.speedup:.2f}x fp32 per padded token, load {seen.load_s:.1f} s"
-            for name, seen in before.measured.items()
-        ]
-        lines += [
-            f"  {name}: cannot run this model ({why})" for name, why in before.unusable.items()
-        ]
-        lines.append("measured now:")
-    lines += [f"  {line}" for line in chosen.trials]
-    verdict = f"{job}: precision {chosen.precision}: {chosen.why}"
-    lines.append(verdict)
-    if export:
-        kept = cache.export(machine_key(loaded, files), Path(export))
-        lines.append(f"{export}: {', '.join(kept.measured) or 'fp32 only'} for this model here")
+    checked = check_job(loaded, environ=os.environ, refresh=refresh, export=export or None)
     say(
-        "\n".join(lines),
+        format_check(checked, job),
         event="checked",
-        message=verdict,
-        precision=chosen.precision,
-        passed=passed,
-        trials=list(chosen.trials),
+        message=verdict(checked, job),
+        precision=checked.chosen.precision,
+        passed=checked.passed,
+        trials=list(checked.chosen.trials),
     )
-    if not passed:
-        raise QualityGateError(f"{job}: {loaded.model.precision} fails the quality gate")
+    check_passed(checked, loaded, job)
 
 
 @main.command()
@@ -356,7 +327,6 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
         batchscore plan jobs/embed.toml --json --max-wall-s 3600 && batchscore run jobs/embed.toml
     """
     with paused():
-        from batchscore.measure.cache import DecisionCache, cache_folder
         from batchscore.recipes.estimate import check_limits, format_plan, plan_job
 
     loaded = load(job, overrides)
@@ -365,7 +335,7 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
         loaded,
         sample_rows=limits.pop("sample_rows"),
         timing=not limits.pop("no_timing"),
-        cache=DecisionCache(cache_folder(os.environ, loaded.quality.cache_dir)),
+        environ=os.environ,
         startup_s=time.time() - process if process is not None else None,
     )
     if as_json:

@@ -19,6 +19,7 @@ import batchscore
 from batchscore import api
 from batchscore.errors import InputDataError, JobError, OutputConflictError, ShardsFailedError
 from batchscore.precision.int8_linear import int8_available
+from batchscore.recipes import score as recipe
 from tests.conftest import ROOT, read_output
 
 FAST = {"threads": 1, "max_length": 64, "precision": "fp32"}
@@ -138,9 +139,9 @@ def test_score_matches_a_job_over_the_same_rows(texts: pa.Table, tmp_path: Path)
 
 def test_a_loaded_model_is_reused(texts: pa.Table, monkeypatch):
     loads = []
-    real = api.load_at
-    monkeypatch.setattr(api, "load_at", lambda *a, **k: loads.append(1) or real(*a, **k))
-    api.LOADED.clear()
+    real = recipe.load_at
+    monkeypatch.setattr(recipe, "load_at", lambda *a, **k: loads.append(1) or real(*a, **k))
+    recipe.LOADED.clear()
     batchscore.score(texts, task="embed", **FAST, max_tokens=16384)
     batchscore.score(texts.slice(0, 5), task="embed", **FAST, max_tokens=16384, on_error="skip")
     assert len(loads) == 1  # a second call, even with other row handling, does not reload
@@ -155,11 +156,11 @@ def test_score_takes_the_gates_results_for_its_first_rows(texts: pa.Table, monke
     the call takes its results for those rows (a spy on the real `score_table` sees them),
     the next call with the loaded model has none to take, and the vectors are a plain call's."""
     handed = []
-    real = api.score_table
+    real = recipe.score_table
     monkeypatch.setattr(
-        api, "score_table", lambda *a, **k: handed.append(k["known"]) or real(*a, **k)
+        recipe, "score_table", lambda *a, **k: handed.append(k["known"]) or real(*a, **k)
     )
-    api.LOADED.clear()
+    recipe.LOADED.clear()
     options = {**FAST, "max_tokens": "auto", "sample_rows": 8}
     gated = batchscore.score(texts, task="embed", **options)
     batchscore.score(texts, task="embed", **options)

@@ -212,3 +212,62 @@ def test_every_module_name_is_unique():
             seen.setdefault(name.rsplit(".", 1)[-1], []).append(name)
     twice = {short: names for short, names in seen.items() if len(names) > 1}
     assert not twice, f"module names used twice: {twice}"
+
+
+# The front doors translate (arguments, frames, output, exit codes) and call one recipe per verb:
+# what they may import besides the recipes is the job file, the errors and their exit codes, the
+# frames `score` takes, messages (observe), and the process's own hooks (version, faults).
+FRONT_DOORS = ("batchscore.cli", "batchscore.api")
+DOORS_MAY_IMPORT = {"recipes", "job", "errors", "exits", "frames", "observe", "version", "faults"}
+
+
+@pytest.mark.parametrize("name", FRONT_DOORS)
+def test_the_front_doors_call_recipes_not_stages(name: str):
+    """Lazy imports included: a stage the command line or the API reached past its recipe
+    would be recipe work done at the door (and a second route to it)."""
+    past = sorted({target for target, _ in imports(name) if room(target) not in DOORS_MAY_IMPORT})
+    assert not past, f"{name} imports {past}: call a recipe (batchscore/recipes/) instead"
+    assert any(room(target) == "recipes" for target, _ in imports(name))
+
+
+def calls(name: str, callee: str) -> int:
+    """How often module ``name`` calls ``callee`` by name (``callee(...)``, ``x.callee(...)``)."""
+    count = 0
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            count += called == callee
+    return count
+
+
+@pytest.mark.parametrize(
+    ("callee", "home"),
+    [
+        ("DecisionCache", "batchscore.measure.cache"),  # recipes open theirs: `open_cache`
+        ("cache_folder", "batchscore.measure.cache"),
+        ("RowFilter", "batchscore.job.sections"),  # `InputConfig.row_filter`
+    ],
+)
+def test_one_route_to_each_thing(callee: str, home: str):
+    """Each of these is made in one place, and everyone else asks for it there."""
+    elsewhere = [name for name in MODULES if name != home and calls(name, callee)]
+    assert not elsewhere, f"{callee}(...) is built in {elsewhere}; ask {home} for it"
+
+
+def takes_the_job(name: str) -> list[str]:
+    """The functions of module ``name`` with a parameter annotated as the whole `Job`."""
+    found = []
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            if any(ast.unparse(a.annotation) == "Job" for a in arguments if a.annotation):
+                found.append(node.name)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if room(n) == "pipeline"))
+def test_stages_receive_what_they_use_not_the_job(name: str):
+    """A stage takes its sections (`[input]`, `[batching]`), the shards, the rows: as
+    datatrove's steps get their data, not the config, so one stage changes alone."""
+    assert not takes_the_job(name), f"{name}: {takes_the_job(name)} take the whole job"

@@ -17,7 +17,7 @@ from batchscore.measure.gate import Trial
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.threads import Sink
-from batchscore.work.units import Chunk, Scored
+from batchscore.work.units import Chunk, Scored, Shard
 
 
 class Engine(Protocol):
@@ -30,13 +30,20 @@ class Engine(Protocol):
     busy_s: float  # model time, summed over every model replica
 
     def load(
-        self, model_path: Path, stats: RunStats, chunks: list[Chunk], loaded: Trial | None = None
+        self,
+        model_path: Path,
+        stats: RunStats,
+        chunks: list[Chunk],
+        loaded: Trial | None = None,
+        *,
+        shards: list[Shard] | None = None,
     ) -> Any:
         """Load the model (once per replica, as many as ``chunks``, the pending ones, can keep
         busy); return the task, or anything with its `columns`. An engine may start reading
         ``chunks`` meanwhile; `score` gets the same list. ``loaded``: the model the quality
         gate already loaded at the job's precision, for an engine that runs in this process to
-        adopt."""
+        adopt. ``shards``: the input as the run listed it, where int8's calibration rows are
+        read in this process."""
         ...
 
     def score(

@@ -19,14 +19,15 @@ from batchscore.job.sections import Job
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
 from batchscore.models.base import Encoding, Task
-from batchscore.models.tasks import encoding
+from batchscore.models.tasks import encoding, input_kinds
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
+from batchscore.pipeline.known import Known
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import windows
 from batchscore.runtime.executor import Executor
 from batchscore.threads import Prefetch, Sink
-from batchscore.work.units import Chunk, Scored, Window
+from batchscore.work.units import Chunk, Scored, Shard, Window
 
 
 class LocalEngine:
@@ -34,6 +35,7 @@ class LocalEngine:
 
     def __init__(self, job: Job) -> None:
         self.job = job
+        self.kinds = input_kinds(job.model.task, job.input, job.task)  # the columns it reads
         self.executor = Executor(job.model)  # checks device and precision before any work
         self.device, self.precision = str(self.executor.device), self.executor.precision
         self.task: Task | None = None
@@ -51,15 +53,17 @@ class LocalEngine:
         stats: RunStats,
         chunks: list[Chunk],
         loaded: Trial | None = None,
+        *,
+        shards: list[Shard] | None = None,
     ) -> Task:
         if loaded is not None and loaded.task is not None:  # the gate's model, already prepared
             self.executor, self.task, known = loaded.executor, loaded.task, loaded.known
             self.executor.busy_s = 0.0  # the run's model time starts now
-            self.reading = Prefetch(windows(self.job, chunks, self.task, known), depth=2)
+            self.reading = self.read(chunks, self.task, known)
         else:  # the first windows are read while the model loads
             reads = self.encoding(model_path)  # here, so the reader imports nothing
-            self.reading = Prefetch(windows(self.job, chunks, reads), depth=2)
-            self.task = load_at(self.job, model_path, self.executor)
+            self.reading = self.read(chunks, reads)
+            self.task = load_at(self.job, model_path, self.executor, shards=shards)
         self.quantization, self.runtime = self.executor.quantization, self.executor.runtime
         return self.task
 
@@ -69,13 +73,38 @@ class LocalEngine:
         job = self.job
         return encoding(model_path, model=job.model, options=job.task, inp=job.input)
 
+    def read(
+        self, chunks: list[Chunk], task: Encoding, known: Known | None = None
+    ) -> Prefetch[Window]:
+        """The reader thread: ``chunks``' windows, encoded and cut, two ahead of the model."""
+        job = self.job
+        read = windows(
+            chunks,
+            task,
+            inp=job.input,
+            kinds=self.kinds,
+            batching=job.batching,
+            on_error=job.output.on_error,
+            known=known,
+        )
+        return Prefetch(read, depth=2)
+
     def score(
         self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats
     ) -> None:
-        scorer = Scorer(self.job, self.task, self.executor, stats=stats, progress=bar)
+        job = self.job
+        scorer = Scorer(
+            self.task,
+            self.executor,
+            inp=job.input,
+            batching=job.batching,
+            on_error=job.output.on_error,
+            stats=stats,
+            progress=bar,
+        )
         reading, self.reading = self.reading, None  # read from `load` on, for these chunks
         if reading is None:
-            reading = Prefetch(windows(self.job, chunks, self.task), depth=2)
+            reading = self.read(chunks, self.task)
         for window in reading:
             scorer(window, sink.put)  # the parts (one per chunk) it completes, a few at a time
 

@@ -29,13 +29,15 @@ from batchscore.errors import BatchscoreError, EngineError, JobError
 from batchscore.job.sections import Job, RayConfig
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
+from batchscore.models.tasks import input_kinds
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.observe.shape import Shape
 from batchscore.pipeline.scoring import Scorer, score_chunk
+from batchscore.pipeline.stages import windows
 from batchscore.runtime.executor import Executor
 from batchscore.threads import Sink
-from batchscore.work.units import Chunk, Scored
+from batchscore.work.units import Chunk, Scored, Shard
 
 log = logging.getLogger("batchscore")
 IN_FLIGHT = 2  # chunks queued per actor: one scoring, one waiting, so no actor idles
@@ -119,6 +121,7 @@ class ChunkActor:
         if model.threads is None and not placement.num_gpus:
             model = replace(model, threads=max(1, int(placement.num_cpus)))  # its slots only
         self.job, self.model, self.model_path = job, model, model_path
+        self.kinds = input_kinds(model.task, job.input, job.task)  # the columns it reads
         self.scorer: Scorer | None = None
 
     def load(self) -> dict[str, Any]:
@@ -127,7 +130,15 @@ class ChunkActor:
             executor = Executor(self.model)
             job = replace(self.job, model=self.model)
             task = load_at(job, self.model_path, executor)
-            self.scorer = Scorer(job, task, executor, stats=RunStats(), progress=Progress(0, "off"))
+            self.scorer = Scorer(
+                task,
+                executor,
+                inp=job.input,
+                batching=job.batching,
+                on_error=job.output.on_error,
+                stats=RunStats(),
+                progress=Progress(0, "off"),
+            )
         executor = self.scorer.executor
         return {
             "columns": self.scorer.task.columns,
@@ -143,7 +154,16 @@ class ChunkActor:
         self.load()
         scorer = self.scorer
         scorer.stats, busy = RunStats(), scorer.executor.busy_s
-        parts = score_chunk(self.job, chunk, scorer)
+        job = self.job
+        read = windows(
+            [chunk],
+            scorer.task,
+            inp=job.input,
+            kinds=self.kinds,
+            batching=job.batching,
+            on_error=job.output.on_error,
+        )
+        parts = score_chunk(read, scorer)
         counters = {name: getattr(scorer.stats, name) for name in COUNTERS}
         shape = scorer.stats.shape
         return ChunkResult(parts, counters, scorer.executor.busy_s - busy, shape)
@@ -191,10 +211,17 @@ class RayEngine:
         self.started_ray = True
 
     def load(
-        self, model_path: Path, stats: RunStats, chunks: list[Chunk], loaded: Trial | None = None
+        self,
+        model_path: Path,
+        stats: RunStats,
+        chunks: list[Chunk],
+        loaded: Trial | None = None,
+        *,
+        shards: list[Shard] | None = None,
     ) -> Columns:
         """Start the model actors, no more than ``chunks`` keep busy; each loads its own model
-        (``loaded`` stays in the driver)."""
+        (``loaded`` stays in the driver) and reads its own calibration rows, where it runs
+        (``shards`` are this process's listing)."""
         self.connect()
         ray = self.ray
         placement = place(self.cfg, self.job.model.device, ray.cluster_resources(), len(chunks))

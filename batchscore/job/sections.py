@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from batchscore.job.ranges import Ranges, unusable
+from batchscore.job.where import RowFilter
 
 Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
 # What a task's model must be: "any" (the built-in encoder will do), "own" (a model of the
@@ -63,6 +64,11 @@ class InputConfig:
     def carried(self) -> tuple[str, ...]:
         """Input columns copied unchanged to the output: the id, then `keep`."""
         return tuple(dict.fromkeys(([self.id] if self.id else []) + list(self.keep)))
+
+    @property
+    def row_filter(self) -> RowFilter | None:
+        """`where` parsed, with the columns it reads; None when every row is kept."""
+        return RowFilter(self.where) if self.where is not None else None
 
 
 @dataclass(frozen=True)

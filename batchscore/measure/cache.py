@@ -238,3 +238,12 @@ class DecisionCache:
         entry = self.get(key) or Entry()
         write_json(path, {key: entry.to_json()})
         return entry
+
+
+def open_cache(environ: Mapping[str, str] | None, job_folder: str | None) -> DecisionCache | None:
+    """The cache a recipe keeps what it measures in: in `cache_folder` of the environment its
+    front door passes in (the command line's, the Python caller's). None without one (a
+    library call that names none): nothing is kept, and every new output folder measures."""
+    if environ is None:
+        return None
+    return DecisionCache(cache_folder(environ, job_folder))

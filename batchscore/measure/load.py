@@ -1,5 +1,6 @@
-"""A task loaded at a precision: the model cast at load (`Executor.prepare`), and for a calibrated
-precision (int8) transformed on the job's own rows before it scores anything.
+"""A task loaded at a precision, top to bottom in `load_at`: the adapter built (its weights cast,
+moved and prepared for the runtime once, `Executor.prepare`), then for a calibrated precision
+(int8) its Linear layers swapped on the job's own rows before it scores anything.
 
 int8 calibration is deterministic, so every load of one job (the gate's trial, the run, each
 Ray replica) picks the same layers.
@@ -18,12 +19,14 @@ import torch
 from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job, ModelConfig
 from batchscore.models.base import Task
-from batchscore.models.tasks import generates, load_task
+from batchscore.models.tasks import generates, input_kinds, load_task
 from batchscore.observe.progress import stage
 from batchscore.pipeline.stages import batches, sample_rows
-from batchscore.precision.int8 import quantize_int8
+from batchscore.precision.int8 import QuantReport, quantize_int8
 from batchscore.precision.table import precision
 from batchscore.runtime.executor import Executor
+from batchscore.work.shards import find_shards
+from batchscore.work.units import Shard
 
 log = logging.getLogger("batchscore")
 TRIAL_BUDGET = 8192  # budget for trials and calibration when max_tokens is itself "auto"
@@ -35,14 +38,39 @@ def trial_budget(job: Job) -> int:
     return budget if isinstance(budget, int) else TRIAL_BUDGET
 
 
-def load_at(job: Job, model_path: Path, executor: Executor, sample: pa.Table | None = None) -> Task:
-    """Load the job's task at the executor's precision; calibrate it on ``sample`` (the gate's
-    rows, read when not given) when the precision is a calibrated one."""
+def job_sample(job: Job, shards: list[Shard] | None = None) -> pa.Table:
+    """The rows the job's measurements are made on: its first `[quality].sample_rows` distinct
+    rows (`sample_rows`), from ``shards`` as the run listed them (listed here when not given)."""
+    kinds = input_kinds(job.model.task, job.input, job.task)
+    listed = shards if shards is not None else find_shards(job.input)
+    return sample_rows(job.input, kinds, listed, job.quality.sample_rows)
+
+
+def load_at(
+    job: Job,
+    model_path: Path,
+    executor: Executor,
+    sample: pa.Table | None = None,
+    *,
+    shards: list[Shard] | None = None,
+) -> Task:
+    """Load the job's task at the executor's precision, in the order gpt-fast's `_load_model`
+    loads a model (build, swap in quantized layers, load weights, move to device):
+
+    1. refuse what the precision cannot judge (int8 on a model that generates text);
+    2. build the adapter the task table names (`models.tasks.load_task`): it reads the
+       tokenizer, config and weights, and the executor casts and moves each module once,
+       switches it to inference, and hands it to OpenVINO, packs it for oneDNN or compiles it
+       (`Executor.prepare`);
+    3. for a calibrated precision (int8), swap in int8 Linear layers where the job's rows
+       allow, then hand the encoder to OpenVINO (`calibrate_on`), measured on ``sample`` (the
+       gate's rows), else the job's sample read from ``shards``.
+    """
     model = dataclasses.replace(job.model, precision=executor.precision)
     refuse_generation(model, model_path)
     task = load_task(model_path, model=model, options=job.task, inp=job.input, executor=executor)
     if precision(executor.precision).calibrated:
-        calibrate_on(job, task, executor, sample)
+        calibrate_on(job, task, executor, sample if sample is not None else job_sample(job, shards))
     return task
 
 
@@ -72,18 +100,23 @@ def convert(
     calibrate_on(job, task, executor, sample)
 
 
-def calibrate_on(job: Job, task: Task, executor: Executor, sample: pa.Table | None) -> None:
-    """Calibrate on every other row of ``sample`` (the gate's rows, read when not given): the
-    gate then measures on the whole sample, half of it unseen by the calibration."""
-    if sample is None:
-        sample = sample_rows(job, job.quality.sample_rows)
+def calibrate_on(job: Job, task: Task, executor: Executor, sample: pa.Table) -> None:
+    """int8's load-time transform of the model ``executor`` prepared: its Linear layers
+    chosen on every other row of ``sample`` (the gate's rows: the gate then measures on the
+    whole sample, half of it unseen by the calibration) and swapped (`calibrate`), then the
+    encoder handed to OpenVINO where the runtime says (`Executor.calibrated`)."""
     if sample.num_rows == 0:  # no row of the job passes `where`: the model will score none
         executor.quantization = "not calibrated: no input row to score"
         return
-    calibrate(job, task, executor, sample.take(np.arange(0, sample.num_rows, 2)))
+    report = calibrate(job, task, executor, sample.take(np.arange(0, sample.num_rows, 2)))
+    executor.calibrated(executor.prepared[-1])
+    executor.calibrate_s = report.seconds
+    on = " (on OpenVINO, inputs quantized per group at run time)"
+    executor.quantization = report.summary() + (on if executor.runtime == "openvino" else "")
+    log.info("int8: %s", executor.quantization)
 
 
-def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None:
+def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> QuantReport:
     """Swap the model's Linear layers for int8 ones, keeping in float those the rows need.
 
     The calibration compares each row's output vector with fp32's by cosine, against
@@ -126,8 +159,4 @@ def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> None
             f"{job.model.path or job.model.name} (TorchScript and torch.export models hide them); "
             "use fp32 or bf16"
         )
-    executor.calibrated(executor.prepared[-1])
-    executor.calibrate_s = report.seconds
-    on = " (on OpenVINO, inputs quantized per group at run time)"
-    executor.quantization = report.summary() + (on if executor.runtime == "openvino" else "")
-    log.info("int8: %s", executor.quantization)
+    return report

@@ -37,17 +37,17 @@ from batchscore.measure.budget import choose_budget
 from batchscore.measure.cache import DecisionCache, Entry, cache_key
 from batchscore.measure.choose import choose_precision
 from batchscore.measure.gate import Trial, trial
-from batchscore.measure.load import trial_budget
+from batchscore.measure.load import job_sample, trial_budget
 from batchscore.models.embed import calibrates, measured_ranges
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.contents import footer_precision, footer_ranges
 from batchscore.output.manifest import footers
 from batchscore.output.settled import Budget, Chosen, Decision
-from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.table import available
 from batchscore.runtime.device import resolve_device
 from batchscore.storage.layout import SETTLED
+from batchscore.work.units import Shard
 
 log = logging.getLogger("batchscore")
 
@@ -58,6 +58,7 @@ def settle(
     recorded: Decision | None,
     sample: pa.Table | None = None,
     *,
+    shards: list[Shard] | None = None,
     cache: DecisionCache | None = None,
     model_files: str = "",
     rows: int | None = None,
@@ -68,20 +69,21 @@ def settle(
     job, the new decision to record (None when there was nothing to decide) and the chosen
     trial, whose loaded model (and results for the sample) the local engine adopts instead of
     loading it again. ``sample``: the rows to measure on (in-memory data); by default the job's
-    first distinct rows. ``rows``: how many rows the run will score, which decides whether a faster
-    precision can repay trying it (None: the sample's). ``cache`` keeps what this machine
-    measured (``model_files``: the model's digest, part of the key).
+    first distinct rows, read from ``shards`` (the input as the run listed it). ``rows``: how
+    many rows the run will score, which decides whether a faster precision can repay trying it
+    (None: the sample's). ``cache`` keeps what this machine measured (``model_files``: the
+    model's digest, part of the key).
     """
     if recorded:
         check_recorded(job, recorded)
         if calibrates(job.task) and recorded.ranges is None:
-            return calibrate(job, model_path, recorded, sample)
+            return calibrate(job, model_path, recorded, sample, shards)
         return concrete(job, recorded), None, None
     needs_budget = job.batching.max_tokens == "auto"
     wanted = job.model.precision
     if not decides(job):
         return job, None, None
-    table = sample if sample is not None else sample_rows(job, job.quality.sample_rows)
+    table = sample if sample is not None else job_sample(job, shards)
     if table.num_rows == 0:
         decision = nothing_to_measure(job)
         return concrete(job, decision), decision, None
@@ -153,13 +155,17 @@ def learn(
 
 
 def calibrate(
-    job: Job, model_path: Path, recorded: Decision, sample: pa.Table | None
+    job: Job,
+    model_path: Path,
+    recorded: Decision,
+    sample: pa.Table | None,
+    shards: list[Shard] | None,
 ) -> tuple[Job, Decision | None, Trial | None]:
     """A folder settled with no row to measure on (`nothing_to_measure`) whose job quantizes
     to int8 or uint8: its ranges are measured now, on the first rows there are, at the
     precision it settled on, and recorded with the rest of its decision at the next commit."""
     settled = concrete(job, recorded)
-    table = sample if sample is not None else sample_rows(job, job.quality.sample_rows)
+    table = sample if sample is not None else job_sample(job, shards)
     if table.num_rows == 0:  # still nothing: no row will be scored either
         return settled, None, None
     precision = settled.model.precision
@@ -321,7 +327,7 @@ def check(
     every precision the device runs natively, each timed. What was kept for this model before
     is returned beside it (None with ``refresh``, which forgets it), and the measurement
     replaces it."""
-    table = sample_rows(job, job.quality.sample_rows)
+    table = job_sample(job)
     quality = dataclasses.replace(job.quality, accept=True)  # measure, whatever it shows
     batching = dataclasses.replace(job.batching, max_tokens=trial_budget(job))  # not timed here
     measuring = dataclasses.replace(job, quality=quality, batching=batching)

@@ -61,6 +61,20 @@ class Adapter:
     plain model folder's."""
 
     encoding_type: type
+    encoding: Any  # an `encoding_type`, built by `set_up`
+
+    def set_up(self, path: Path, *, model: ModelConfig, options: Any, inp: InputConfig) -> Any:
+        """Every adapter's first step: its encoding (`encoding_type`, the weight-free part
+        `batchscore plan` builds alone), whose input columns, bucketing and `encode` become the
+        adapter's own, so a plan and its run cannot drift. Returns the encoding."""
+        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
+        self.inputs: tuple[str, ...] = self.encoding.inputs
+        self.bucketing: bool = self.encoding.bucketing
+        return self.encoding
+
+    def encode(self, table: pa.Table) -> Encoded:
+        """The rows' units, as the adapter's encoding makes them."""
+        return self.encoding.encode(table)
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: Any) -> dict[str, str]:

@@ -232,8 +232,7 @@ class ClassifyTask(Adapter):
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
-        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.set_up(path, model=model, options=options, inp=inp)
         self.encoder = self.encoding.encoder
         folder = self.encoding.folder
         written = read_json(folder.encoder / "config.json")  # before seconds of loading
@@ -248,9 +247,6 @@ class ClassifyTask(Adapter):
         else:
             self.head = Labels(config, self.output_names(options))
         self.columns = fields(self.head.names, self.head.types)
-
-    def encode(self, table: pa.Table) -> Encoded:
-        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         """Probabilities [units, labels] or scores [units], float32 on the host; padding is

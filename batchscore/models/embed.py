@@ -185,8 +185,7 @@ class EmbedTask(Adapter):
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
-        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.set_up(path, model=model, options=options, inp=inp)
         text = self.encoding.text
         check_embed_options(text.stack, options)
         self.vectors: DenseVectors | SparseVectors
@@ -209,9 +208,6 @@ class EmbedTask(Adapter):
     def ranges(self) -> Ranges | None:
         """The int8 / uint8 calibration ranges it quantizes with (None: none, or none yet)."""
         return self.vectors.ranges
-
-    def encode(self, table: pa.Table) -> Encoded:
-        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.vectors.forward([encoded.ids[i] for i in batch])

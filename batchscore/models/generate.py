@@ -233,8 +233,7 @@ class GenerateTask(Adapter):
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
-        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.set_up(path, model=model, options=options, inp=inp)
         self.generator = Generator(
             self.encoding, model=model, executor=executor, decoding=Decoding.of(options)
         )
@@ -245,9 +244,6 @@ class GenerateTask(Adapter):
             "finish_reason": pa.string(),
         }
         self.columns = fields(self.output_names(options), types)
-
-    def encode(self, table: pa.Table) -> Encoded:
-        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.generator.forward([encoded.ids[i] for i in batch])

@@ -130,14 +130,10 @@ class SummarizeTask(Adapter):
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
-        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.set_up(path, model=model, options=options, inp=inp)
         self.embedder = Embedder(self.encoding.text, model, executor, normalize=True)
         self.options = options
         self.columns = fields(self.output_names(options), {"summary": pa.string()})
-
-    def encode(self, table: pa.Table) -> Encoded:
-        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.embedder.forward([encoded.ids[i] for i in batch])

@@ -116,8 +116,7 @@ class TensorTask(Adapter):
         inp: InputConfig,
         executor: Executor,
     ) -> None:
-        self.encoding = self.encoding_type(path, model=model, options=options, inp=inp)
-        self.inputs, self.bucketing = self.encoding.inputs, self.encoding.bucketing
+        self.set_up(path, model=model, options=options, inp=inp)
         self.model = load_model(path, options, executor)
         self.executor = executor
         self.value = options.output == "value"
@@ -141,9 +140,6 @@ class TensorTask(Adapter):
                 f"the model does not take rows of {features} features ({exc}); check "
                 "[input].features or [tensor].num_features"
             ) from exc
-
-    def encode(self, table: pa.Table) -> Encoded:
-        return self.encoding.encode(table)
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         """The raw output rows [rows, k], float32 on the host."""

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 PHASES = ("start-up", "preparing", "measuring", "loading", "scoring", "finishing")
@@ -33,6 +36,40 @@ def process_start() -> float | None:
         return None
     age = uptime - ticks / os.sysconf("SC_CLK_TCK")
     return time.time() - age if age >= 0 else None
+
+
+@dataclass
+class Block:
+    """One timed block of a phase: its seconds, once it has ended."""
+
+    seconds: float = 0.0
+
+
+class Clock:
+    """A run's phases as it goes: ``with clock.phase("loading"):`` adds the block's seconds to
+    the phase (when it ends without an error: a run that stops mid-phase leaves it out), and
+    `move` puts seconds one phase spent on another's work where they belong."""
+
+    def __init__(self, phases: dict[str, float]) -> None:
+        self.phases = phases  # the run's own record (`RunStats.phases`), filled in place
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[Block]:
+        block = Block()
+        started = time.perf_counter()
+        yield block
+        block.seconds = time.perf_counter() - started
+        self.phases[name] = self.phases.get(name, 0.0) + block.seconds
+
+    def add(self, name: str, seconds: float) -> None:
+        """Seconds spent in ``name`` outside any block (the process's start-up)."""
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+    def move(self, seconds: float, source: str, to: str) -> None:
+        """Count ``seconds`` timed under ``source`` under ``to`` instead (``source`` never
+        goes below zero)."""
+        self.phases[source] = max(self.phases.get(source, 0.0) - seconds, 0.0)
+        self.add(to, seconds)
 
 
 def split(phases: dict[str, float], wall_s: float) -> dict[str, float]:

@@ -14,17 +14,16 @@ from batchscore.work.columns import canonical_schema
 from batchscore.work.row_errors import error_fields
 
 
-def output_schema(job: Job, carried: pa.Schema, task_columns: list[pa.Field]) -> pa.Schema:
-    """Carried columns, the task's columns, then `error` if skipping.
+def output_schema(carried: pa.Schema, task_columns: list[pa.Field], on_error: str) -> pa.Schema:
+    """Carried columns, the task's columns, then `error` if skipping (``on_error``, the job's
+    `[output].on_error`).
 
     A carried column is written in the one layout of its kind (`canonical`: text as
     ``string``, integers as ``int64``), not in its first shard's: shards of one folder written
     by pyarrow, polars and pandas then share their data files' schema, and a run that meets its
     shards in another order (the first one failed, say) writes the same one.
     """
-    return pa.schema(
-        [*canonical_schema(carried), *task_columns, *error_fields(job.output.on_error)]
-    )
+    return pa.schema([*canonical_schema(carried), *task_columns, *error_fields(on_error)])
 
 
 def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, str]:

@@ -40,6 +40,9 @@ class Pending:
     """The chunks to score, and what was learned on the way."""
 
     chunks: list[Chunk] = field(default_factory=list)
+    # the input as listed for this plan: what else the run reads of it (the sample measured
+    # on) comes from the same listing, never from a second one
+    shards: list[Shard] = field(default_factory=list)
     carried: pa.Schema | None = None  # output types of the carried columns
     failures: list[dict[str, str]] = field(default_factory=list)
     redone: list[dict[str, str]] = field(default_factory=list)  # committed, now to score again
@@ -99,8 +102,8 @@ def pending_work(
 
     ``forget=False`` (a dry run) changes nothing on disk: what no longer holds counts pending.
     """
-    plan = Pending()
-    rows_filter = RowFilter(inp.where) if inp.where is not None else None
+    plan = Pending(shards=shards)
+    rows_filter = inp.row_filter
     committed = stale(ckpt, shards, plan, fingerprint=fingerprint, forget=forget)
     by_shard: dict[str, list[dict]] = {}
     for key, record in committed.items():

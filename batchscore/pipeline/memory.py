@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from batchscore.job.sections import Job
+from batchscore.job.sections import BatchingConfig, InputConfig
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
@@ -27,23 +27,30 @@ MEMORY_SHARD = Shard(0, MEMORY, 0, 0)
 
 
 def memory_windows(
-    job: Job, table: pa.Table, task: Task, known: Known | None = None
+    table: pa.Table,
+    task: Task,
+    *,
+    batching: BatchingConfig,
+    on_error: str,
+    known: Known | None = None,
 ) -> Iterator[Window]:
     """The table as one chunk's windows of `[batching].window_rows` rows, encoded and cut;
     units whose result is ``known`` are not batched."""
     chunk = Chunk(MEMORY_SHARD, 0, 0, table.num_rows, 1)
-    step = job.batching.window_rows
+    step = batching.window_rows
     for start in range(0, table.num_rows, step):
         rows = Rows(table.slice(start, step), offset=start, read=min(step, table.num_rows - start))
-        yield encode_window(job, chunk, rows, task, known)
+        yield encode_window(chunk, rows, task, batching, on_error, known)
 
 
 def score_table(
-    job: Job,
     table: pa.Table,
     *,
     task: Task,
     executor: Executor,
+    inp: InputConfig,
+    batching: BatchingConfig,
+    on_error: str,
     progress: Progress,
     known: Known | None = None,
 ) -> tuple[pa.Table, RunStats]:
@@ -52,9 +59,17 @@ def score_table(
     `InputDataError` naming it. Also returns the counters (tokens, padding) of the work.
     ``known``: results the model gave before (its quality gate's), not scored again."""
     stats = RunStats()
-    scorer = Scorer(job, task, executor, stats=stats, progress=progress)
+    scorer = Scorer(
+        task,
+        executor,
+        inp=inp,
+        batching=batching,
+        on_error=on_error,
+        stats=stats,
+        progress=progress,
+    )
     parts = []
-    for window in memory_windows(job, table, task, known):
+    for window in memory_windows(table, task, batching=batching, on_error=on_error, known=known):
         scored: list[Scored] = []
         scorer(window, scored.extend)
         (one,) = scored  # one chunk: one part
@@ -62,6 +77,6 @@ def score_table(
             raise one.error
         parts.append(one.table)
     if not parts:
-        fields = [*task.columns, *error_fields(job.output.on_error)]
+        fields = [*task.columns, *error_fields(on_error)]
         return pa.schema(fields).empty_table(), stats
     return pa.concat_tables(parts), stats

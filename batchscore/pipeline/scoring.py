@@ -12,25 +12,25 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
 
 from batchscore.errors import InputDataError
-from batchscore.job.sections import Job
+from batchscore.job.sections import BatchingConfig, InputConfig
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.assemble import assemble
 from batchscore.pipeline.continuous import run_stream, streams
 from batchscore.pipeline.sampler import padded_tokens
-from batchscore.pipeline.stages import batches, windows
+from batchscore.pipeline.stages import batches
 from batchscore.pipeline.static import Budget, Outcome, Ran, run_window
 from batchscore.runtime.device import is_out_of_memory
 from batchscore.runtime.executor import Executor
 from batchscore.work.row_errors import rejected
-from batchscore.work.units import Chunk, Part, Scored, Window
+from batchscore.work.units import Part, Scored, Window
 
 log = logging.getLogger("batchscore")
 HANDOFFS = 8  # times per window the complete parts are handed on while the model runs the rest
@@ -63,12 +63,23 @@ class Scorer:
     """The model's thread: turns a window of rows into output rows (`Scored`)."""
 
     def __init__(
-        self, job: Job, task: Task, executor: Executor, *, stats: RunStats, progress: Progress
+        self,
+        task: Task,
+        executor: Executor,
+        *,
+        inp: InputConfig,
+        batching: BatchingConfig,
+        on_error: str,
+        stats: RunStats,
+        progress: Progress,
     ) -> None:
-        self.job, self.task, self.executor = job, task, executor
+        """``inp``: the `[input]` section (the columns carried to the output, the id rows are
+        named by); ``batching``: `[batching]`; ``on_error``: `[output].on_error`."""
+        self.task, self.executor = task, executor
+        self.inp, self.batching = inp, batching
         self.stats, self.progress = stats, progress
-        self.budget = Budget(job.batching.max_tokens)
-        self.skip = job.output.on_error == "skip"
+        self.budget = Budget(batching.max_tokens)
+        self.skip = on_error == "skip"
 
     def __call__(self, window: Window, hand: Hand) -> None:
         """Hand on one `Scored` per part of the window, each once: a chunk's output rows, or
@@ -80,7 +91,7 @@ class Scorer:
         max_tokens = self.budget.for_shard(window.chunk.shard.index)
         cut = window.batches
         if max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
-            sort = self.job.batching.sort and self.task.bucketing
+            sort = self.batching.sort and self.task.bucketing
             cut = batches(
                 window.encoded, window.pending, max_tokens, max_rows=self.max_rows, sort=sort
             )
@@ -99,7 +110,7 @@ class Scorer:
         table = assemble(
             window.table,
             columns,
-            carried=self.job.input.carried,
+            carried=self.inp.carried,
             fields=self.task.columns,
             encoded_rows=encoded.rows,
             errors=errors,
@@ -125,8 +136,8 @@ class Scorer:
     ) -> Outcome:
         """The window's units through the model: continuously batched where the task can, else
         (or after an out-of-memory there) in the static batches ``cut``."""
-        if cut and streams(self.task, enabled=self.job.batching.continuous):
-            limits, reuse = (max_tokens, self.max_rows), self.job.batching.prefix_cache
+        if cut and streams(self.task, enabled=self.batching.continuous):
+            limits, reuse = (max_tokens, self.max_rows), self.batching.prefix_cache
             try:
                 results, prefills = run_stream(
                     window,
@@ -156,7 +167,7 @@ class Scorer:
 
     @property
     def max_rows(self) -> int:
-        return self.job.batching.max_rows
+        return self.batching.max_rows
 
     def rejected(self, window: Window, part: Part, errors: dict[int, str]) -> pa.Table | None:
         """A part's rows recorded with an error, listed for `_batchscore/rejected/`."""
@@ -164,18 +175,19 @@ class Scorer:
             return None
         rows = sorted(errors)
         shard_rows = [part.rows.shard_row(r - part.start) for r in rows]
-        column = self.job.input.id
+        column = self.inp.id
         ids = window.table.column(column).take(rows) if column else None
         return rejected(part.chunk.shard.path, shard_rows, [errors[r] for r in rows], ids)
 
 
-def score_chunk(job: Job, chunk: Chunk, scorer: Scorer) -> list[Scored]:
-    """Every window of one chunk, scored: the unit of work a remote engine's worker returns.
+def score_chunk(windows: Iterable[Window], scorer: Scorer) -> list[Scored]:
+    """Every window of one chunk (`stages.windows` of it alone), scored: the unit of work a
+    remote engine's worker returns.
 
     The list ends at the first failed window (the shard's error), as the local stream does.
     """
     parts: list[Scored] = []
-    for window in windows(job, [chunk], scorer.task):
+    for window in windows:
         scorer(window, parts.extend)
         if parts[-1].error is not None:
             break

@@ -19,26 +19,25 @@ import numpy as np
 import pyarrow as pa
 
 from batchscore.errors import InputDataError, JobError
-from batchscore.job.sections import Job
+from batchscore.job.sections import BatchingConfig, InputConfig
 from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoding, Task
-from batchscore.models.tasks import input_kinds
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
 from batchscore.work.columns import gather
-from batchscore.work.shards import check_columns, find_shards, open_shard
+from batchscore.work.shards import check_columns, open_shard
 from batchscore.work.units import Chunk, Encoded, Part, Rows, Shard, Window, chunks_of, failed
 
 log = logging.getLogger("batchscore")
 
 
-def input_columns(job: Job) -> tuple[str, ...]:
-    """The input columns a run reads: carried ones, the task's, and those `where` tests."""
-    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
+def input_columns(inp: InputConfig, kinds: dict[str, str]) -> tuple[str, ...]:
+    """The input columns a run reads: carried ones, the task's (``kinds``), and those `where`
+    tests."""
+    row_filter = inp.row_filter
     needs = row_filter.columns if row_filter else ()
-    kinds = input_kinds(job.model.task, job.input, job.task)
-    return tuple(dict.fromkeys([*job.input.carried, *kinds, *needs]))
+    return tuple(dict.fromkeys([*inp.carried, *kinds, *needs]))
 
 
 def batches(
@@ -71,17 +70,30 @@ def distinct(encoded: Encoded, keys: list[bytes] | None) -> tuple[np.ndarray, np
 
 
 def windows(
-    job: Job, chunks: list[Chunk], task: Encoding, known: Known | None = None
+    chunks: list[Chunk],
+    task: Encoding,
+    *,
+    inp: InputConfig,
+    kinds: dict[str, str],
+    batching: BatchingConfig,
+    on_error: str,
+    known: Known | None = None,
 ) -> Iterator[Window]:
-    """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread).
+    """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread): the
+    `[input]` columns (the task's, ``kinds``, among them) that pass `where`, in windows cut by
+    `[batching]`; ``on_error`` is `[output].on_error`.
 
     Rows gather across chunks until a window holds `[batching].window_rows` input rows. A shard
     that fails reading yields one window carrying its error, after the rows read before it, and
     no more of its rows.
     """
-    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
-    columns, size = input_columns(job), job.batching.window_rows
+    row_filter = inp.row_filter
+    columns, size = input_columns(inp, kinds), batching.window_rows
     gone: set[int] = set()  # shards that failed
+
+    def window(parts: list[Part]) -> Iterator[Window]:
+        return combine(parts, task, gone, batching, on_error, known)
+
     parts: list[Part] = []
     read = 0  # input rows the parts cover
     for chunk in chunks:
@@ -90,23 +102,28 @@ def windows(
         try:
             for rows in read_rows(chunk, columns, size, row_filter):
                 if parts and rows.table.schema != parts[-1].rows.table.schema:
-                    yield from combine(job, parts, task, gone, known)  # one window, one schema
+                    yield from window(parts)  # one window, one schema
                     parts, read = [], 0
                 parts.append(Part(chunk, rows))
                 read += rows.read
                 if read >= size:
-                    yield from combine(job, parts, task, gone, known)
+                    yield from window(parts)
                     parts, read = [], 0
         except InputDataError as exc:
-            yield from combine(job, parts, task, gone, known)  # what was read before, first
+            yield from window(parts)  # what was read before, first
             parts, read = [], 0
             gone.add(chunk.shard.index)
             yield failed(chunk, exc)
-    yield from combine(job, parts, task, gone, known)
+    yield from window(parts)
 
 
 def combine(
-    job: Job, parts: list[Part], task: Encoding, gone: set[int], known: Known | None = None
+    parts: list[Part],
+    task: Encoding,
+    gone: set[int],
+    batching: BatchingConfig,
+    on_error: str,
+    known: Known | None = None,
 ) -> Iterator[Window]:
     """One window of ``parts`` (of shards not in ``gone``), encoded and cut. Under
     ``on_error = "fail"`` a row that cannot be encoded fails its shard alone: its parts leave the
@@ -118,7 +135,7 @@ def combine(
             part.start, start = start, start + part.rows.table.num_rows
         window = Window(parts, table if table is not None else parts[0].rows.table)
         try:
-            yield encode(job, window, task, known)
+            yield encode(window, task, batching, on_error, known)
             return
         except RowError as exc:
             gone.add(exc.chunk.shard.index)
@@ -138,14 +155,20 @@ class RowError(InputDataError):
         self.chunk = chunk
 
 
-def encode(job: Job, window: Window, task: Encoding, known: Known | None = None) -> Window:
+def encode(
+    window: Window,
+    task: Encoding,
+    batching: BatchingConfig,
+    on_error: str,
+    known: Known | None = None,
+) -> Window:
     """Tokenizer + sampler for a window: encoded, repeats found, batches cut; `RowError` for
     the first row that cannot be encoded under ``on_error = "fail"``. ``task`` is the adapter,
     or (`batchscore plan`) its encoding alone, without weights. Units whose result is
     ``known`` (taken from it) are set aside with their results and not batched."""
-    max_tokens = job.batching.max_tokens
+    max_tokens = batching.max_tokens
     encoded = task.encode(window.table)
-    if encoded.errors and job.output.on_error == "fail":
+    if encoded.errors and on_error == "fail":
         row, message = min(encoded.errors.items())
         raise RowError(f"{window.where(row)}, {message}", window.part_of(row).chunk)
     check_fits(encoded, max_tokens)
@@ -154,24 +177,31 @@ def encode(job: Job, window: Window, task: Encoding, known: Known | None = None)
     window.encoded, window.units, window.same_as = encoded, units, same_as
     if known and keys is not None:
         window.known, window.known_results = known.take(keys, units)
-    sort = job.batching.sort and task.bucketing
-    cut = batches(encoded, window.pending, max_tokens, max_rows=job.batching.max_rows, sort=sort)
-    window.batches, window.cut_for = cut, max_tokens
+    sort = batching.sort and task.bucketing
+    cuts = batches(encoded, window.pending, max_tokens, max_rows=batching.max_rows, sort=sort)
+    window.batches, window.cut_for = cuts, max_tokens
     return window
 
 
 def encode_window(
-    job: Job, chunk: Chunk, rows: Rows, task: Task, known: Known | None = None
+    chunk: Chunk,
+    rows: Rows,
+    task: Task,
+    batching: BatchingConfig,
+    on_error: str,
+    known: Known | None = None,
 ) -> Window:
     """One chunk's window of rows, encoded and cut (`InputDataError` under ``on_error =
     "fail"`` for a row that cannot be encoded): for callers that read rows themselves."""
-    return encode(job, Window([Part(chunk, rows)], rows.table), task, known)
+    return encode(Window([Part(chunk, rows)], rows.table), task, batching, on_error, known)
 
 
-def sample_rows(job: Job, rows: int) -> pa.Table:
-    """The job's first ``rows`` distinct inputs that pass `where`, across shards in order,
-    read by the run's own reader: the rows the quality gate, int8 calibration, the budget and
-    int8 / uint8 embeddings' ranges are measured on, so only the task's columns.
+def sample_rows(
+    inp: InputConfig, kinds: dict[str, str], shards: list[Shard], rows: int
+) -> pa.Table:
+    """The first ``rows`` distinct inputs of ``shards`` (in order) that pass `where`, read by
+    the run's own reader: the rows the quality gate, int8 calibration, the budget and int8 /
+    uint8 embeddings' ranges are measured on, so only the task's columns (``kinds``).
 
     A row whose inputs repeat an earlier sample row's is passed over and the sample read on
     past it, as far into the input as it takes: a repeat is scored once (`distinct`) and
@@ -181,12 +211,11 @@ def sample_rows(job: Job, rows: int) -> pa.Table:
     A shard that cannot be read, whose columns do not fit the job, or whose rows cannot join
     the others' is passed over: the run fails it alone, and measures on the rest.
     """
-    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
-    kinds = input_kinds(job.model.task, job.input, job.task)
+    row_filter = inp.row_filter
     columns = tuple(dict.fromkeys([*kinds, *(row_filter.columns if row_filter else ())]))
     sample: pa.Table | None = None
     seen: set[str] = set()
-    for shard in find_shards(job.input):
+    for shard in shards:
         have = 0 if sample is None else sample.num_rows
         if have >= rows:
             break

@@ -4,6 +4,11 @@
     model thread:   batches -> model -> output rows in input order  (pipeline.scoring.Scorer)
     writer thread:  rows -> temp Parquet -> publish -> commit record  (output.committer, behind)
 
+A run, in order (`run_job`): claim the output folder and list what is pending; measure what the
+job leaves to measurement (`measure.settle`); load the model on the engine; score every pending
+chunk through it into the committer; finish with the verdict. Each step is a phase of the run's
+wall time (`observe.phases`).
+
 The middle stage is the engine's (`batchscore.engines`): this process, or model actors on a
 Ray cluster that score whole chunks; deciding the pending work and committing stay here.
 
@@ -18,14 +23,17 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from batchscore.engines import Engine, open_engine
 from batchscore.errors import ShardsFailedError
 from batchscore.job.sections import Job
-from batchscore.measure.cache import DecisionCache
+from batchscore.measure.cache import DecisionCache, open_cache
+from batchscore.measure.gate import Trial
 from batchscore.measure.settle import learn, recorded_decision, settle
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
@@ -34,7 +42,7 @@ from batchscore.observe.logs import run_context
 from batchscore.observe.progress import Progress, stage
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.claim import check_claim
+from batchscore.output.claim import Identity, check_claim
 from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, output_schema
 from batchscore.output.lock import hold_lock
@@ -43,6 +51,7 @@ from batchscore.output.settled import Decision
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.precision.table import check_precision
 from batchscore.recipes.run import Run
+from batchscore.recipes.stopped import metrics_however_it_stops
 from batchscore.runtime.device import device_reason, resolve_device, torch_threads
 from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry
@@ -60,7 +69,7 @@ def run_job(
     progress: str = "off",
     accept_quality: bool = False,
     metrics_file: Path | None = None,
-    cache: DecisionCache | None = None,
+    environ: Mapping[str, str] | None = None,
     process_started: float | None = None,
 ) -> dict[str, Any]:
     """Score every row of the job not yet committed; return the run report.
@@ -71,73 +80,92 @@ def run_job(
     exceed `[output].max_bad_share`, and `ShardsFailedError` (after committing every other
     shard, with the report) when some shard could not be read. The run report is written
     whatever happens (unless the run found nothing to do), and so are the Prometheus metrics in
-    ``metrics_file``. ``cache`` keeps what "auto" measured on this machine (see
-    `batchscore.measure.cache`); None measures in every new output folder.
-    ``process_started``: when the process began, for a command whose process is the run's
-    (the report's "start-up" phase).
+    ``metrics_file``, even for a run that stopped before it began (`recipes.stopped`).
+    ``environ``: the environment the front door passes in, where the cache folder of what
+    "auto" measured on this machine is found (`batchscore.measure.cache`); None keeps none, and
+    every new output folder measures. ``process_started``: when the process began, for a
+    command whose process is the run's (the report's "start-up" phase).
     """
-    check_outputs(job)  # an id or keep column named like an output column (exit 2)
-    if job.engine == "local":  # refuse a device or precision this machine lacks before any work
-        check_precision(job.model.precision, resolve_device(job.model.device))
-    if accept_quality:
-        job = dataclasses.replace(job, quality=dataclasses.replace(job.quality, accept=True))
-    retry = Retry()  # transient I/O errors, in and out, retried and counted for the report
-    ckpt = Checkpoint(job.output.path, retry)
-    ckpt.store.check()  # a file, a read-only or unwritable place: before anything is written
-    started = time.time()
-    run_id = Path(report_name(started, os.getpid())).stem  # every log record of the run has it
-    with hold_lock(ckpt.lock_path, job.name, ckpt.output), run_context(job=job.name, run_id=run_id):
-        run = Run(job, ckpt, retry, stats=RunStats(started=started), run_id=run_id)
-        if process_started is not None:
-            run.stats.phases["start-up"] = max(started - process_started, 0.0)
-        log.info(
-            "run %s of %s started",
-            run_id,
-            job.name,
-            extra={
-                "event": "start",
-                "detail": True,
-                "source": str(job.source),
-                "output": job.output.path,
-            },
-        )
-        try:
-            with run:
-                model_path = locate(job.model)
-                who = identity(job, model_path)
-                check_claim(ckpt, who, restart)
-                run.claimed = True
-                todo = find_pending(job, ckpt, run, fingerprint=who.fingerprint)
-                run.failures = todo.failures
-                run.stats.phases["preparing"] = time.perf_counter() - run.start
-                if todo.chunks:
-                    run.failures += score_pending(
-                        job,
-                        ckpt,
-                        todo,
-                        run,
-                        model_path=model_path,
-                        claim=who.record(),
-                        progress=progress,
-                        cache=cache,
-                    )
-                judge(job, ckpt, todo, run.failures)
-        except ShardsFailedError as exc:
-            exc.report = run.report
-            raise
-        finally:
-            if metrics_file is not None:
-                run.write_metrics(metrics_file)
-        return run.report
+    with metrics_however_it_stops(job, metrics_file):
+        check_outputs(job)  # an id or keep column named like an output column (exit 2)
+        if job.engine == "local":  # refuse a device or precision this machine lacks first
+            check_precision(job.model.precision, resolve_device(job.model.device))
+        if accept_quality:
+            job = dataclasses.replace(job, quality=dataclasses.replace(job.quality, accept=True))
+        cache = open_cache(environ, job.quality.cache_dir)
+        retry = Retry()  # transient I/O errors, in and out, retried and counted for the report
+        ckpt = Checkpoint(job.output.path, retry)
+        ckpt.store.check()  # a file, a read-only or unwritable place: before anything is written
+        started = time.time()
+        run_id = Path(report_name(started, os.getpid())).stem  # every log record of the run has it
+        with (
+            hold_lock(ckpt.lock_path, job.name, ckpt.output),
+            run_context(job=job.name, run_id=run_id),
+        ):
+            run = Run(job, ckpt, retry, stats=RunStats(started=started), run_id=run_id)
+            if process_started is not None:
+                run.clock.add("start-up", max(started - process_started, 0.0))
+            say_started(job, run_id)
+            try:
+                with run:
+                    steps(job, run, restart=restart, progress=progress, cache=cache)
+            except ShardsFailedError as exc:
+                exc.report = run.report
+                raise
+            finally:
+                if metrics_file is not None:
+                    run.write_metrics(metrics_file)
+            return run.report
 
 
-def find_pending(job: Job, ckpt: Checkpoint, run: Run, *, fingerprint: str) -> Pending:
-    """Clean up after an interrupted run, then find the chunks still to score.
+def steps(job: Job, run: Run, *, restart: bool, progress: str, cache: DecisionCache | None) -> None:
+    """The run, step by step, each step a phase of its wall time (`observe.phases`)."""
+    with run.clock.phase("preparing"):
+        model_path, who = claim_output(job, run, restart=restart)
+        todo = list_pending(job, run, fingerprint=who.fingerprint)
+    if todo.chunks:
+        settled = measure(job, todo, run, model_path=model_path, who=who, cache=cache)
+        with opened(settled.job, run.stats) as engine:
+            task = load(engine, settled, todo, run, model_path=model_path)
+            run.failures += score(
+                engine, settled, todo, run, task=task, who=who, progress=progress, cache=cache
+            )
+    finish(job, run.ckpt, todo, run.failures)
+
+
+def say_started(job: Job, run_id: str) -> None:
+    log.info(
+        "run %s of %s started",
+        run_id,
+        job.name,
+        extra={
+            "event": "start",
+            "detail": True,
+            "source": str(job.source),
+            "output": job.output.path,
+        },
+    )
+
+
+def claim_output(job: Job, run: Run, *, restart: bool) -> tuple[Path, Identity]:
+    """The model, and the job's identity for the output folder, claimed by this job (or
+    refused, exit 5); with ``restart``, what batchscore wrote there goes first."""
+    model_path = locate(job.model)
+    who = identity(job, model_path)
+    check_claim(run.ckpt, who, restart)
+    run.claimed = True
+    return model_path, who
+
+
+def list_pending(job: Job, run: Run, *, fingerprint: str) -> Pending:
+    """Clean up after an interrupted run, then list the input (once: what else the run reads
+    of it comes from this listing) and find the chunks still to score.
 
     Every step on the way that deletes or moves a file (the clean-up, a shard's retirement,
     un-committing a chunk) removes `_SUCCESS` before it starts (see `Checkpoint.remove`); a
     run with nothing to delete and nothing to score leaves it, and one with work removes it
     before it scores, as it adds rows to the data files."""
+    ckpt = run.ckpt
     ckpt.prepare()
     for garbage in ckpt.sweep():
         log.info("removed %s, left by an interrupted run", garbage)
@@ -149,6 +177,7 @@ def find_pending(job: Job, ckpt: Checkpoint, run: Run, *, fingerprint: str) -> P
         ckpt=ckpt,
         fingerprint=fingerprint,
     )
+    run.failures = todo.failures
     stats = run.stats
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
     stats.chunks_pending, stats.chunks_redone = len(todo.chunks), len(todo.redone)
@@ -164,99 +193,140 @@ def find_pending(job: Job, ckpt: Checkpoint, run: Run, *, fingerprint: str) -> P
     return todo
 
 
-def score_pending(
+@dataclass
+class Settled:
+    """What the run settled before loading: the job with "auto" made concrete, the decision
+    it records (None: nothing new), the one an earlier run recorded, and the quality gate's
+    trial, whose model an engine in this process adopts."""
+
+    job: Job
+    decision: Decision | None
+    recorded: Decision | None
+    gated: Trial | None
+
+    @property
+    def standing(self) -> Decision | None:
+        """The decision the output is made under: this run's, else the recorded one."""
+        return self.decision or self.recorded
+
+
+def measure(
     job: Job,
-    ckpt: Checkpoint,
     todo: Pending,
     run: Run,
     *,
     model_path: Path,
-    claim: dict[str, Any],
-    progress: str,
+    who: Identity,
     cache: DecisionCache | None,
-) -> list[dict[str, str]]:
-    """Settle what the job leaves to measurement, then stream every pending chunk through the
-    engine and the committer; return the shards that failed on the way.
+) -> Settled:
+    """Settle what the job leaves to measurement, on the sample read from the run's own
+    listing of the input; the run's context receives the decision behind the run."""
+    with run.clock.phase("measuring") as measuring:
+        recorded = recorded_decision(run.ckpt, job)
+        concrete, decision, gated = settle(
+            job,
+            model_path,
+            recorded,
+            shards=todo.shards,
+            cache=cache,
+            model_files=who.parts["model_files"],
+            rows=sum(c.rows for c in todo.chunks),
+        )
+    run.stats.tuning_s = measuring.seconds
+    settled = Settled(concrete, decision, recorded, gated)
+    standing = settled.standing
+    run.context["settled"] = standing.to_json() if standing is not None else None
+    return settled
 
-    ``claim`` is the job record the first commit writes. The run's context receives what the
-    report should say about the model: where it ran, the precision in force and the measured
-    decisions behind it.
-    """
-    stats = run.stats
-    tuning = time.perf_counter()
-    recorded = recorded_decision(ckpt, job)
-    model_files = claim["parts"]["model_files"]
-    job, decision, gated = settle(
-        job,
-        model_path,
-        recorded,
-        cache=cache,
-        model_files=model_files,
-        rows=sum(c.rows for c in todo.chunks),
-    )
-    stats.tuning_s = time.perf_counter() - tuning
-    settled = decision or recorded
-    run.context["settled"] = settled.to_json() if settled is not None else None
+
+@contextmanager
+def opened(job: Job, stats: RunStats) -> Iterator[Engine]:
+    """The job's engine, closed however the run goes; its model time is the run's."""
     engine = open_engine(job)
     try:
-        loaded = time.perf_counter()
+        yield engine
+    finally:
+        engine.close()
+        stats.model_busy_s = engine.busy_s
+
+
+def load(engine: Engine, settled: Settled, todo: Pending, run: Run, *, model_path: Path) -> Any:
+    """Load the model on the engine (the quality gate's, where the engine adopts it) and say
+    how the run scores: where it runs, the precision in force and the decision behind it."""
+    job, gated = settled.job, settled.gated
+    with run.clock.phase("loading") as loading:
         what = f"loading the model {job.model.name or job.model.path} ({engine.device}, "
         done = "model loaded" if gated is None else "model ready (the quality gate loaded it)"
         with stage(f"{what}{job.model.precision})", done, event="model loaded"):
-            task = engine.load(model_path, stats, todo.chunks, gated)
+            task = engine.load(model_path, run.stats, todo.chunks, gated, shards=todo.shards)
         # the gate's model and its pass, where the engine adopted them, are the run's own
         # loading and scoring, not measuring (see `batchscore.observe.phases`)
         adopted_load = adopted_pass = 0.0
         if gated is not None and task is gated.task:
             adopted_load, adopted_pass = gated.load_s - gated.calibrate_s, gated.cold_s
-        gated = None  # the engine holds what it adopted; let the rest go
+        gated = settled.gated = None  # the engine holds what it adopted; let the rest go
         run.heap.more()  # the model lives as long as the run
-        stats.load_s = time.perf_counter() - loaded
-        stats.phases["measuring"] = max(stats.tuning_s - adopted_load - adopted_pass, 0.0)
-        stats.phases["loading"] = stats.load_s + adopted_load
-        run.context.update(device=engine.device, precision=engine.precision, runtime=engine.runtime)
-        if engine.quantization:
-            run.context["int8"] = engine.quantization
-        explain(job, engine, decision=decision, recorded=recorded)
-        committer = Committer(
-            job.output,
-            ckpt,
-            schema=output_schema(job, todo.carried, task.columns),
-            stats=stats,
-            claim=claim,
-            decision=decision or recorded,
-            metadata=file_metadata(job, claim, engine.precision),
-            todo=todo,
-            on_commit=shard_events(todo, stats),
-        )
-        bar = Progress(sum(c.rows for c in todo.chunks), progress, busy=lambda: engine.busy_s)
-        sink: Sink[list[Scored]] = Sink(committer, depth=2)  # windows
-        scoring = time.perf_counter()
-        try:
+    run.stats.load_s = loading.seconds
+    run.clock.move(adopted_load, "measuring", "loading")
+    run.clock.move(adopted_pass, "measuring", "scoring")
+    run.context.update(device=engine.device, precision=engine.precision, runtime=engine.runtime)
+    if engine.quantization:
+        run.context["int8"] = engine.quantization
+    explain(job, engine, decision=settled.decision, recorded=settled.recorded)
+    return task
+
+
+def score(
+    engine: Engine,
+    settled: Settled,
+    todo: Pending,
+    run: Run,
+    *,
+    task: Any,
+    who: Identity,
+    progress: str,
+    cache: DecisionCache | None,
+) -> list[dict[str, str]]:
+    """Stream every pending chunk through the engine and the committer (whose first commit
+    writes ``who``'s job record); return the shards that failed on the way. A run at a faster
+    precision keeps its measured speed in ``cache`` (`measure.settle.learn`)."""
+    job, stats = settled.job, run.stats
+    claim = who.record()
+    committer = Committer(
+        job.output,
+        run.ckpt,
+        schema=output_schema(todo.carried, task.columns, job.output.on_error),
+        stats=stats,
+        claim=claim,
+        decision=settled.standing,
+        metadata=file_metadata(job, claim, engine.precision),
+        todo=todo,
+        on_commit=shard_events(todo, stats),
+    )
+    bar = Progress(sum(c.rows for c in todo.chunks), progress, busy=lambda: engine.busy_s)
+    sink: Sink[list[Scored]] = Sink(committer, depth=2)  # windows
+    try:
+        with run.clock.phase("scoring"):
             engine.score(todo.chunks, sink, bar, stats)
-            stats.phases["scoring"] = time.perf_counter() - scoring + adopted_pass
-            learn(
-                cache,
-                job,
-                decision,
-                model_files=model_files,
-                padded_tokens=stats.padded_tokens,
-                busy_s=engine.busy_s,
-            )
-        finally:
-            bar.close()
-            stats.timeline, stats.first_batch_at = bar.timeline.to_json(), bar.first_batch_at
-            try:
-                sink.close()
-            finally:
-                committer.abort()
+        learn(
+            cache,
+            job,
+            settled.decision,
+            model_files=who.parts["model_files"],
+            padded_tokens=stats.padded_tokens,
+            busy_s=engine.busy_s,
+        )
     finally:
-        engine.close()
-        stats.model_busy_s = engine.busy_s
+        bar.close()
+        stats.timeline, stats.first_batch_at = bar.timeline.to_json(), bar.first_batch_at
+        try:
+            sink.close()
+        finally:
+            committer.abort()
     return committer.failures
 
 
-def judge(job: Job, ckpt: Checkpoint, todo: Pending, failures: list[dict[str, str]]) -> None:
+def finish(job: Job, ckpt: Checkpoint, todo: Pending, failures: list[dict[str, str]]) -> None:
     """The run's verdict: too many bad rows in the whole job (exit 3), or shards that failed
     (exit 3, after every other shard committed); otherwise the output is complete."""
     limit = job.output.max_bad_share

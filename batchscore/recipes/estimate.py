@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from batchscore.errors import OverLimitError
 from batchscore.job.sections import Job
 from batchscore.measure.auto import calibration_s, prospects
 from batchscore.measure.budget import longest_unit, model_shape, shape_budget
-from batchscore.measure.cache import DecisionCache, Entry
+from batchscore.measure.cache import Entry, open_cache
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
 from batchscore.measure.settle import concrete, machine_key
@@ -58,13 +58,15 @@ def plan_job(
     *,
     sample_rows: int = SAMPLE_ROWS,
     timing: bool = True,
-    cache: DecisionCache | None = None,
+    environ: Mapping[str, str] | None = None,
     startup_s: float | None = None,
 ) -> dict[str, Any]:
     """The dry run: `plan_counts`' counts, and an estimated wall time (None, with the reason,
-    when there is no earlier run and ``timing`` is off). ``cache``: this machine's
-    measurements, as the run would read them; ``startup_s``: this process's own start-up, the
+    when there is no earlier run and ``timing`` is off). ``environ``: the environment the front
+    door passes in, where this machine's measurements are kept, as the run would read them
+    (`batchscore.measure.cache`; None: none); ``startup_s``: this process's own start-up, the
     run's likely one."""
+    cache = open_cache(environ, job.quality.cache_dir)
     model_path = locate(job.model)
     ckpt = Checkpoint(job.output.path)
     claimed = job  # as the run claims the output: before its "auto" settings are settled

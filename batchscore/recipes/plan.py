@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from batchscore.errors import InputDataError
 from batchscore.job.sections import Job
-from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoding
 from batchscore.models.fingerprint import identity
 from batchscore.models.tasks import encoding, input_kinds
@@ -101,7 +100,7 @@ def plan_counts(
     to_read = sum(c.rows for c in todo.chunks)
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
     timing = min(1.0, timing_rows / to_read) if to_read else 0.0
-    counts = count(job, todo.chunks, task_encoding, fraction, timing)
+    counts = count(job, todo.chunks, task_encoding, kinds=kinds, fraction=fraction, timing=timing)
     timing_table = gather([t for t in counts.timing_rows if t.num_rows])
     budget = job.batching.max_tokens if isinstance(job.batching.max_tokens, int) else None
     failing = {f["shard"] for f in todo.failures}  # unreadable footers: no row count
@@ -144,7 +143,13 @@ def input_rows(shards: list[Shard], failing: set[str]) -> int:
 
 
 def count(
-    job: Job, chunks: list[Chunk], task_encoding: Encoding, fraction: float, timing: float
+    job: Job,
+    chunks: list[Chunk],
+    task_encoding: Encoding,
+    *,
+    kinds: dict[str, str],
+    fraction: float,
+    timing: float,
 ) -> Counts:
     """Read every pending row (the run's reader and `where`); tokenize all of them, or with
     ``fraction`` < 1 a seeded random sample of them. Keep a random ``timing`` share of the
@@ -152,7 +157,15 @@ def count(
     counts = Counts()
     rng, pick = np.random.default_rng(SEED), np.random.default_rng(SEED + 1)
     if fraction >= 1:  # every row, through the run's own windows: the run's very batches
-        for window in windows(job, chunks, task_encoding):
+        read = windows(
+            chunks,
+            task_encoding,
+            inp=job.input,
+            kinds=kinds,
+            batching=job.batching,
+            on_error=job.output.on_error,
+        )
+        for window in read:
             if window.error is not None:  # the run would fail this shard alone, as here
                 counts.failures.append(
                     {"shard": window.chunk.shard.path, "error": str(window.error)}
@@ -164,8 +177,8 @@ def count(
             counts.timing_rows.append(table.take(np.flatnonzero(pick.random(len(table)) < timing)))
             add_window(counts, window)
         return counts
-    row_filter = RowFilter(job.input.where) if job.input.where is not None else None
-    columns, failed = input_columns(job), set()
+    row_filter = job.input.row_filter
+    columns, failed = input_columns(job.input, kinds), set()
     for chunk in chunks:
         if chunk.shard.index in failed:
             continue

@@ -20,7 +20,6 @@ from batchscore.errors import (
 )
 from batchscore.job.runtimes import check_runtime_device
 from batchscore.job.sections import Job
-from batchscore.job.where import RowFilter
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
 from batchscore.models.tasks import check_outputs, encoding, generates, input_kinds
@@ -65,7 +64,7 @@ def preflight(job: Job) -> list[str]:
         problems.append(str(exc))
         shards = []
     rows = 0
-    rows_filter = RowFilter(job.input.where) if job.input.where is not None else None
+    rows_filter = job.input.row_filter
     for shard in shards:
         try:
             pf = open_shard(shard)

@@ -14,6 +14,7 @@ from batchscore.errors import BadRowsError, InputDataError, MetricsError, WriteE
 from batchscore.heap import Frozen
 from batchscore.job.sections import Job
 from batchscore.observe.metrics import write_metrics
+from batchscore.observe.phases import Clock
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.storage.layout import report_name
@@ -49,6 +50,7 @@ class Run:
     ) -> None:
         self.job, self.ckpt, self.retry, self.run_id = job, ckpt, retry, run_id
         self.stats = stats
+        self.clock = Clock(stats.phases)  # the run's phases, block by block
         self.start = time.perf_counter()
         self.outcome = "failed"
         self.failures: list[dict[str, str]] = []

@@ -14,6 +14,7 @@ import pytest
 
 from batchscore.errors import JobError, OutputConflictError
 from batchscore.job.parse import load_job
+from batchscore.job.sections import InputConfig
 from batchscore.job.where import RowFilter, where_problem
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
@@ -45,6 +46,13 @@ def test_problems_are_named():
     assert where_problem("lang = 'en'") is None
     assert "names column(s) body the input lacks" in RowFilter("body = 'x'").check(TABLE.schema)
     assert "not true or false" in RowFilter("n + 1").check(TABLE.schema)
+
+
+def test_the_input_section_gives_its_filter():
+    """One way to a job's filter: its `[input]` section, none when every row is kept."""
+    assert InputConfig(path=("in",)).row_filter is None
+    kept = InputConfig(path=("in",), where="lang = 'en' AND n > 1").row_filter
+    assert kept == RowFilter("lang = 'en' AND n > 1") and kept.columns == ("lang", "n")
 
 
 @pytest.fixture

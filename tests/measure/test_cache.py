@@ -21,10 +21,10 @@ from batchscore.job.sections import BatchingConfig, ModelConfig
 from batchscore.measure.auto import choose_auto, guessed_speedup
 from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache_folder
 from batchscore.measure.gate import Trial
+from batchscore.measure.load import job_sample
 from batchscore.measure.settle import machine_key, settle
 from batchscore.models.fingerprint import model_identity
 from batchscore.models.source.locate import locate
-from batchscore.pipeline.stages import sample_rows
 from batchscore.precision import table
 from batchscore.precision.int8_linear import int8_available
 from batchscore.precision.table import available
@@ -35,6 +35,13 @@ from tests.models.test_tensor import FEATURES, tabular_shards
 from tests.reliability import make_job
 
 AUTO = ["model.precision=auto", "batching.max_tokens=auto", "quality.sample_rows=24"]
+
+
+def kept_in(folder: Path) -> dict[str, str]:
+    """The environment of a command whose cache folder is ``folder``."""
+    return {"BATCHSCORE_CACHE_DIR": str(folder)}
+
+
 FAST = [p for p in available(torch.device("cpu")) if p != "fp32"]
 needs_int8 = pytest.mark.skipif(not int8_available(), reason="no int8 CPU kernels in this torch")
 
@@ -89,7 +96,7 @@ def test_the_guess_leaves_out_openvinos_gain_where_the_candidate_would_not_get_i
 
 
 def test_a_small_job_scores_in_fp32_and_measures_nothing_beyond_the_gate_pass(job: Path):
-    report = run_job(load_job(job, AUTO), cache=DecisionCache(None))
+    report = run_job(load_job(job, AUTO))  # no environment: no cache folder
     decision = report["settled"]["precision"]
     assert report["precision"] == "fp32" and report["rows"] == 30
     assert report["from_gate"] == 24  # the gate's fp32 pass is the run's own work
@@ -104,7 +111,7 @@ def test_a_large_job_tries_int8_and_the_next_job_weighs_what_was_measured(job, t
     # fp32 on torch: OpenVINO's fp32 is as fast as int8 on a CPU without VNNI, never tried there
     settings = load_job(job, [*AUTO, "model.runtime=torch"])
     model_path = locate(settings.model)
-    table = sample_rows(settings, 24)
+    table = job_sample(settings)
     first = choose_auto(settings, model_path, table, rows=10**7, known={}, unusable={})
     assert "int8" in first.measured, first.record.trials
     kept = first.measured["int8"]
@@ -141,7 +148,7 @@ def test_a_model_int8_cannot_quantize_is_moved_past_and_remembered(tmp_path: Pat
     )
     settings = load_job(script)
     model_path = locate(settings.model)
-    table = sample_rows(settings, 16)
+    table = job_sample(settings)
     known = {"int8": Measured(speedup=50.0, load_s=0.0)}  # as if int8 surely paid: it is tried
     auto = choose_auto(settings, model_path, table, rows=10**7, known=known, unusable={})
     assert auto.chosen.precision == "fp32"
@@ -158,7 +165,7 @@ def test_a_model_int8_cannot_quantize_is_moved_past_and_remembered(tmp_path: Pat
     # as a run of a job this large settles it: what int8 cannot do is kept for later jobs
     concrete, _, _ = settle(settings, model_path, None, cache=cache, model_files=files, rows=10**7)
     assert concrete.model.precision == "fp32" and "int8" in cache.get(key).unusable
-    report = run_job(settings, cache=cache)  # the default precision, end to end: exit 0
+    report = run_job(settings, environ=kept_in(tmp_path / "cache"))  # end to end: exit 0
     assert report["precision"] == "fp32" and report["rows"] == 120
 
 
@@ -215,7 +222,7 @@ def test_a_damaged_cache_is_a_warning_and_a_cold_run(job: Path, tmp_path: Path, 
     folder.mkdir()
     (folder / FILE).write_text(content.replace('"k"', json.dumps(key)))
     with caplog.at_level(logging.WARNING, logger="batchscore"):
-        report = run_job(settings, cache=DecisionCache(folder))
+        report = run_job(settings, environ=kept_in(folder))
     assert report["rows"] == 30 and report["precision"] == "fp32"
     assert "measuring again" in caplog.text
 
@@ -231,13 +238,13 @@ def test_an_older_entry_is_said_once_and_replaced_even_when_nothing_is_tried(
     folder.mkdir()
     (folder / FILE).write_text(json.dumps({key: {"format": 1, "speeds": {"fp32": 4000.0}}}))
     with caplog.at_level(logging.WARNING, logger="batchscore"):
-        report = run_job(settings, cache=DecisionCache(folder))  # 30 rows: nothing to try
+        report = run_job(settings, environ=kept_in(folder))  # 30 rows: nothing to try
     assert report["rows"] == 30 and report["precision"] == "fp32"
     assert caplog.text.count("does not validate (not an entry of format 2)") == 1
     assert DecisionCache(folder).lookup(key)[1] is None  # replaced by a valid entry
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="batchscore"):
-        run_job(load_job(job, [*AUTO, 'output.path="again"']), cache=DecisionCache(folder))
+        run_job(load_job(job, [*AUTO, 'output.path="again"']), environ=kept_in(folder))
     assert "does not validate" not in caplog.text
 
 
@@ -248,7 +255,7 @@ def test_an_unwritable_cache_folder_is_a_warning_not_an_error(job: Path, tmp_pat
     with caplog.at_level(logging.WARNING, logger="batchscore"):
         cache.put("key", Entry({"int8": Measured(speedup=1.5, load_s=1.0)}))
     assert "cannot keep what was measured" in caplog.text
-    report = run_job(load_job(job, AUTO), cache=cache)
+    report = run_job(load_job(job, AUTO), environ=kept_in(blocker / "batchscore"))
     assert report["rows"] == 30
 
 

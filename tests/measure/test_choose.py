@@ -18,9 +18,9 @@ from batchscore.job.parse import load_job
 from batchscore.job.runtimes import openvino_missing
 from batchscore.measure.auto import choose_auto
 from batchscore.measure.gate import judge, trial
+from batchscore.measure.load import job_sample
 from batchscore.measure.settle import machine_key
 from batchscore.models.source.locate import locate
-from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.table import available
 from batchscore.recipes.driver import run_job
@@ -71,7 +71,7 @@ def test_auto_precision_picks_the_fastest_that_passes(job: Path):
     gated and timed; one whose promise cannot beat what was measured is passed over, saying so;
     and the fastest of those that pass (fp32 among them) is chosen."""
     settings = load_job(job, ["model.precision=auto", "quality.sample_rows=40"])
-    table = sample_rows(settings, 40)
+    table = job_sample(settings)
     auto = choose_auto(settings, locate(settings.model), table, rows=10**7, known={}, unusable={})
     record = auto.record
     assert len(record.speeds) >= 2, record.trials  # fp32 and at least one candidate timed
@@ -107,7 +107,7 @@ def test_int8_that_cannot_keep_the_promise_fails_the_gate_not_the_model(job: Pat
         run_job(load_job(job, ["model.precision=int8", *strict]))
     assert caught.value.exit_code == 8
     settings = load_job(job, ["model.precision=auto", "model.runtime=torch", *strict])
-    table = sample_rows(settings, 40)
+    table = job_sample(settings)
     # a job large enough that int8 is tried (against torch's fp32: see test_cache)
     auto = choose_auto(settings, locate(settings.model), table, rows=10**7, known={}, unusable={})
     assert auto.chosen.precision == "fp32"
@@ -156,7 +156,7 @@ def test_check_command(job: Path):
 def test_gating_int8_converts_the_reference_model_instead_of_loading_it_again(job: Path):
     sets = ["model.precision=int8", "quality.sample_rows=24", 'model.runtime="torch"']
     settings = load_job(job, sets)
-    model_path, table = locate(settings.model), sample_rows(settings, 24)
+    model_path, table = locate(settings.model), job_sample(settings)
     reference = trial(settings, model_path, "fp32", table=table, max_tokens=4096, timed=False)
     task = reference.task
     converted = trial(
@@ -177,7 +177,7 @@ def test_gating_int8_loads_again_when_the_reference_ran_on_openvino(job: Path):
     """OpenVINO's graph holds no torch Linear layer to swap: int8 gets a model of its own,
     calibrated on torch, then on OpenVINO too where the CPU has VNNI."""
     settings = load_job(job, ["model.precision=int8", "quality.sample_rows=24"])
-    model_path, table = locate(settings.model), sample_rows(settings, 24)
+    model_path, table = locate(settings.model), job_sample(settings)
     reference = trial(settings, model_path, "fp32", table=table, max_tokens=4096, timed=False)
     assert reference.executor.runtime == "openvino" and reference.executor.compiled
     task = reference.task

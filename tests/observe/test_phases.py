@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from batchscore.observe.phases import PHASES, process_start, split
+from batchscore.observe.phases import PHASES, Clock, process_start, split
 from tests.commands import ROOT
 from tests.reliability import make_job
 
@@ -35,6 +36,23 @@ def test_finishing_is_what_the_timed_phases_leave():
     split_up = split({"start-up": 1.0, "preparing": 0.5, "measuring": 2.0}, wall_s=10.0)
     assert list(split_up) == ["start-up", "preparing", "measuring", "finishing"]
     assert split_up["finishing"] == 7.5  # start-up is before the run's wall time
+
+
+def test_the_clock_times_blocks_and_moves_adopted_work():
+    """A block adds to its phase when it ends; one that fails leaves it out; seconds one phase
+    spent on another's work move, the first never below zero."""
+    phases: dict[str, float] = {}
+    clock = Clock(phases)
+    with clock.phase("measuring") as block:
+        time.sleep(0.01)
+    assert phases["measuring"] == block.seconds >= 0.01
+    with pytest.raises(RuntimeError), clock.phase("loading"):
+        raise RuntimeError("the model did not load")
+    assert "loading" not in phases
+    clock.move(block.seconds / 2, "measuring", "loading")
+    assert phases["loading"] == block.seconds / 2
+    clock.move(10.0, "measuring", "scoring")
+    assert phases["measuring"] == 0 and phases["scoring"] == 10.0
 
 
 @pytest.mark.parametrize("precision", ["fp32", "auto"])

@@ -67,7 +67,7 @@ def test_each_known_result_is_given_once_and_no_unit_is_scored_twice(texts, samp
     for start in range(0, len(texts), window_rows):
         here = texts[start : start + window_rows]
         rows = Rows(pa.table({"text": here}, schema=SCHEMA), offset=start, read=len(here))
-        window = encode_window(job, chunk, rows, task, known)
+        window = encode_window(chunk, rows, task, job.batching, job.output.on_error, known)
         outcome = run_window(window, window.batches, task=task, executor=executor,
                              budget=Budget(64), max_rows=4, progress=QUIET)  # fmt: skip
         given_units = [] if window.known is None else window.known.tolist()

@@ -11,8 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchscore.job.parse import load_job
+from batchscore.models.tasks import input_kinds
 from batchscore.pipeline.stages import first_distinct, sample_rows
+from batchscore.work.shards import find_shards
 from tests.conftest import write_job
+
+
+def sample_of(path: Path, rows: int) -> pa.Table:
+    """The job's first ``rows`` distinct rows, from its input as a run lists it."""
+    job = load_job(path)
+    kinds = input_kinds(job.model.task, job.input, job.task)
+    return sample_rows(job.input, kinds, find_shards(job.input), rows)
 
 
 def shard(path: Path, first: int, text: pa.DataType, ids: pa.DataType) -> pa.Table:
@@ -48,7 +57,7 @@ def test_the_sample_passes_over_bad_shards_and_reads_one_layout(tmp_path: Path):
         model={"task": "embed", "max_length": 16},
         output={"path": "out"},
     )
-    sample = sample_rows(load_job(job), 7)
+    sample = sample_of(job, 7)
     assert sample.schema == pa.schema([("text", pa.string())])  # what measuring needs, one layout
     kept = [20, 22, 23, 30, 32, 33, 40]  # the rows in English, of the shards that can be read
     assert sample["text"].to_pylist() == [f"text {i}" for i in kept]
@@ -87,7 +96,7 @@ def test_a_block_of_one_text_first_is_read_past(tmp_path: Path):
         model={"task": "embed", "max_length": 16},
         output={"path": "out"},
     )
-    assert sample_rows(load_job(job), 5)["text"].to_pylist() == ["N/A", "x", "y", "z", "w"]
+    assert sample_of(job, 5)["text"].to_pylist() == ["N/A", "x", "y", "z", "w"]
 
 
 def test_a_frame_is_read_past_its_repeats_a_slice_at_a_time():

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchscore.api import data_job
+from batchscore.job.sections import Job
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.scoring import HANDOFFS, Scorer
 from batchscore.pipeline.stages import encode
@@ -25,6 +26,19 @@ class Summed(Sums):
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         return {"sum": pa.array(np.asarray(results, dtype=np.float64))}
+
+
+def scorer_for(job: Job, task: Summed) -> Scorer:
+    """The scorer a run of ``job`` builds, on the real executor."""
+    return Scorer(
+        task,
+        Executor(job.model),
+        inp=job.input,
+        batching=job.batching,
+        on_error=job.output.on_error,
+        stats=RunStats(),
+        progress=QUIET,
+    )
 
 
 def window_of(texts: list[str], sizes: list[int]) -> Window:
@@ -53,9 +67,9 @@ def test_every_part_is_handed_on_once_with_its_own_rows(sizes, letters, max_rows
     task = Summed()
     options = {"max_tokens": 64, "max_rows": max_rows, "precision": "fp32"}
     job = data_job(task="embed", model=None, text="text", options=options)
-    window = encode(job, window_of(texts, sizes), task)
+    window = encode(window_of(texts, sizes), task, job.batching, job.output.on_error)
     handoffs: list[list[Scored]] = []
-    scorer = Scorer(job, task, Executor(job.model), stats=RunStats(), progress=QUIET)
+    scorer = scorer_for(job, task)
     scorer(window, handoffs.append)
     handed = [s for h in handoffs for s in h]
     assert sorted(s.chunk.shard.index for s in handed) == list(range(len(sizes)))
@@ -72,10 +86,8 @@ def test_parts_complete_early_go_before_the_window_ends():
     task = Summed()
     job = data_job(task="embed", model=None, text="text",
                    options={"max_tokens": 64, "max_rows": 4, "precision": "fp32"})  # fmt: skip
-    window = encode(job, window_of(texts, [1] * len(texts)), task)
+    window = encode(window_of(texts, [1] * len(texts)), task, job.batching, job.output.on_error)
     handoffs: list[list[Scored]] = []
-    Scorer(job, task, Executor(job.model), stats=RunStats(), progress=QUIET)(
-        window, handoffs.append
-    )
+    scorer_for(job, task)(window, handoffs.append)
     assert len(window.batches) >= HANDOFFS and len(handoffs) > 1
     assert sum(len(h) for h in handoffs[:-1]) >= len(texts) // 2

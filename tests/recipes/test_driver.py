@@ -13,6 +13,7 @@ import pytest
 from batchscore.errors import InputDataError, OutputConflictError
 from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
+from batchscore.work import shards as input_listing
 from tests.conftest import output_files, read_output, record_of, source_of
 
 
@@ -118,3 +119,14 @@ def test_empty_shard_is_committed_empty(embed_job: Path, shards: Path, tmp_path:
     assert report["rows"] == 360
     (empty,) = [f for f in output_files(tmp_path / "out") if "docs-999" in source_of(f)]
     assert pq.read_metadata(empty).num_rows == 0
+
+
+def test_a_run_lists_its_input_once(embed_job: Path, monkeypatch: pytest.MonkeyPatch):
+    """The pending work and the sample measured on ("auto" budget: the gate's fp32 pass, whose
+    results the run adopts) come from one listing of the input, whoever asks for it."""
+    listed = []
+    real = input_listing.expand
+    monkeypatch.setattr(input_listing, "expand", lambda p: listed.append(p) or real(p))
+    report = run_job(load_job(embed_job, ["batching.max_tokens=auto", "quality.sample_rows=8"]))
+    assert report["rows"] == 360 and report["from_gate"] == 8  # the sample was read and used
+    assert len(listed) == len(load_job(embed_job).input.path)  # each pattern once

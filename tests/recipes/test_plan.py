@@ -175,7 +175,8 @@ def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, corp
     job = load_job(make_job(tmp_path, corpus), ["model.precision=auto", "quality.sample_rows=16"])
     faster = [p for p in available(torch.device("cpu")) if p != "fp32"]
     cache = DecisionCache(tmp_path / "cache")
-    cold = plan_job(job, cache=cache, startup_s=1.5)["estimate"]
+    environ = {"BATCHSCORE_CACHE_DIR": str(tmp_path / "cache")}
+    cold = plan_job(job, environ=environ, startup_s=1.5)["estimate"]
     assert set(cold["parts"]) == {"start-up", "measuring", "loading", "scoring"}
     assert cold["parts"]["start-up"] == 1.5
     assert cold["wall_s"] == pytest.approx(sum(cold["parts"].values()), abs=0.1)
@@ -187,7 +188,7 @@ def test_the_estimate_counts_what_auto_will_measure_cold_and_warm(tmp_path, corp
     name = faster[0]
     key = machine_key(job, model_identity(locate(job.model)))
     cache.put(key, Entry({name: Measured(speedup=50.0, load_s=0.1)}))
-    warm = plan_job(job, cache=cache)["estimate"]
+    warm = plan_job(job, environ=environ)["estimate"]
     assert warm["precision"] == name and not any(name in g for g in warm["guesses"])
     assert warm["parts"]["scoring"] < cold["parts"]["scoring"]
 
@@ -221,13 +222,13 @@ def test_the_estimate_is_within_2x_of_the_run_it_plans(tmp_path: Path, corpus, c
     corpus, with an empty cache folder and with one a run filled: within 2x either way (a
     guard against gross regressions; BENCHMARKS.md holds the close comparison, scripts/
     bench_cold.py). Wall times compare in one process, so start-up is no part of either."""
-    kept = DecisionCache(tmp_path / "cache")
+    environ = {"BATCHSCORE_CACHE_DIR": str(tmp_path / "cache")}
     rows = corpus.slice(0, 800)
     if cache == "warm":  # another folder's run of the same job fills the cache: not compared
-        run_job(load_job(make_job(tmp_path / "earlier", rows)), cache=kept)
+        run_job(load_job(make_job(tmp_path / "earlier", rows)), environ=environ)
     job = make_job(tmp_path / "planned", rows)
-    estimate = plan_job(load_job(job), cache=kept)["estimate"]
-    report = run_job(load_job(job), cache=kept)
+    estimate = plan_job(load_job(job), environ=environ)["estimate"]
+    report = run_job(load_job(job), environ=environ)
     ratio = estimate["wall_s"] / report["wall_s"]
     print(f"{cache}: estimate {estimate['wall_s']:.1f} s, run {report['wall_s']:.1f} s")
     assert 0.5 <= ratio <= 2.0, (estimate, report["wall_s"], report["phases"])
