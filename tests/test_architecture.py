@@ -216,7 +216,8 @@ def test_every_module_name_is_unique():
 
 # The front doors translate (arguments, frames, output, exit codes) and call one recipe per verb:
 # what they may import besides the recipes is the job file, the errors and their exit codes, the
-# frames `score` takes, messages (observe), and the process's own hooks (version, faults).
+# frames `score` takes, messages (observe), and the process's own hooks (version, faults, the
+# garbage collector paused while the command line imports: heap).
 FRONT_DOORS = ("batchscore.cli", "batchscore.api")
 DOORS_MAY_IMPORT = {
     "recipes",
