@@ -1,6 +1,7 @@
-"""The command line: a thin shell that parses, calls one library function, and reports.
+"""The command line: a thin shell that parses arguments, calls one recipe per verb, and reports.
 
-Errors become messages and exit codes here and only here (see `batchscore.errors.EXIT_CODES`).
+The commands raise the package's exceptions; `batchscore.exits` wraps each command and turns an
+exception into one message and its exit status (the table is `batchscore.errors.EXIT_CODES`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ Precision = Literal["fp32", "fp16", "bf16", "int8", "auto"]
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Upper bounds of the numbers a typo can turn into a crash or more memory than any machine has
 # (`threads = 100000` crashes torch's thread pool; `num_beams = 100000` grows past 16 GB): each
-# is far above any setting that makes sense, so only a mistake meets one. README lists them.
+# is far above any setting that makes sense, so only a mistake meets one (docs/job-file.md lists
+# them).
 MAX_THREADS = 1024
 MAX_WINDOW_TOKENS = 1 << 20  # [model].max_length: the longest context windows made
 MAX_BATCH_TOKENS = 1 << 22  # [batching].max_tokens: 4 Mi tokens in one batch
@@ -357,8 +358,3 @@ class Job:
     quality: QualityConfig = field(default_factory=QualityConfig)
     engine: Engine = "local"  # where chunks are scored: this process, or actors on a Ray cluster
     ray: RayConfig = field(default_factory=RayConfig)
-
-    @property
-    def output_dir(self) -> Path:
-        """The output folder (absolute)."""
-        return Path(self.output.path)
