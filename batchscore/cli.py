@@ -161,6 +161,43 @@ def run(
         say(summary(report), event="summary", **key_figures(report))
 
 
+@main.command("run-batch")
+@click.option(
+    "-i", "--input", "source", required=True, help="The request file (JSONL; a path or s3://)."
+)
+@click.option(
+    "-o", "--output", "target", required=True, help="Where the results go (JSONL; a path or s3://)."
+)
+@click.option(
+    "--model", required=True, metavar="NAME_OR_PATH", help="The model every request is served by."
+)
+@SET
+@click.option("--work-dir", default=None, help="The work folder (default: OUTPUT.work, beside it).")
+@reports_errors
+def run_batch(
+    source: str, target: str, model: str, overrides: tuple[str, ...], work_dir: str | None
+) -> None:
+    """Serve an OpenAI Batch request file (/v1/embeddings, /v1/chat/completions) offline and
+    write OpenAI Batch result lines, one per request in the file's order. A bad line becomes
+    an error line for its custom_id; a killed run-batch started again scores only what it had
+    not committed. --set sets keys of the jobs it runs (model.precision=fp32).
+
+    \b
+    Example:
+        batchscore run-batch -i requests.jsonl -o results.jsonl --model all-MiniLM-L6-v2
+        batchscore run-batch -i s3://b/requests.jsonl -o s3://b/results.jsonl --model models/chat
+    """
+    with paused():
+        from batchscore.recipes.run_batch import run_batch as serve
+
+    with stopping_on_signals():
+        report = serve(
+            source, target, model=model, overrides=overrides, work=work_dir, environ=os.environ
+        )
+    text = f"{target}: {report.requests} results, {report.failed} of them errors"
+    say(text, event="run-batch", output=target, requests=report.requests, failed=report.failed)
+
+
 @main.command()
 @JOB
 @SET
