@@ -1,0 +1,186 @@
+"""`batchscore run-batch`: OpenAI Batch files in, OpenAI Batch results out, through ordinary
+jobs (their reader, batching, checkpoints and resume)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from tests.commands import environment, invoke
+from tests.models import tiny
+
+EMBED_MODEL = "all-MiniLM-L6-v2"
+
+
+def request(custom_id: str, url: str = "/v1/embeddings", **body: object) -> str:
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+def results(path: Path) -> list[dict]:
+    return [json.loads(text) for text in path.read_text().splitlines()]
+
+
+def serve(requests: list[str], tmp_path: Path, model: str, *extra: str) -> list[dict]:
+    source, target = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    source.write_text("\n".join(requests) + "\n")
+    args = ["-i", str(source), "-o", str(target), "--model", model]
+    done = invoke("run-batch", *args, "--set", "model.precision=fp32", *extra)
+    assert done.exit_code == 0, done.output
+    return results(target)
+
+
+def test_embeddings_are_the_models_own_and_bad_lines_stand_alone(tmp_path: Path, minilm_path):
+    """Each input's vector equals sentence-transformers' own embedding; ``dimensions`` cuts
+    and renormalizes; base64 is little-endian float32; usage is the tokenizer's count; bad
+    lines are error lines in their place and the others are served."""
+    from sentence_transformers import SentenceTransformer
+
+    lines = serve(
+        [
+            request("a", model=EMBED_MODEL, input="The cat sat on the mat."),
+            "{broken",
+            request("b", input=["first text", "a second, longer text"], dimensions=16),
+            request("c", input="The cat sat on the mat.", encoding_format="base64"),
+            request("a", input="a repeated custom_id"),
+            request("d", model="text-embedding-3-small", input="another model"),
+        ],
+        tmp_path,
+        EMBED_MODEL,
+    )
+    assert [line["custom_id"] for line in lines] == ["a", None, "b", "c", "a", "d"]
+    assert [line["response"]["status_code"] for line in lines] == [200, 400, 200, 200, 400, 400]
+    assert [line["error"] and line["error"]["code"] for line in lines] == [
+        None,
+        "invalid_json",
+        None,
+        None,
+        "duplicate_custom_id",
+        "model_mismatch",
+    ]
+    own = SentenceTransformer(str(minilm_path), device="cpu")
+    texts = ["The cat sat on the mat.", "first text", "a second, longer text"]
+    expected = own.encode(texts, normalize_embeddings=True)
+    body = lines[0]["response"]["body"]
+    assert body["object"] == "list" and body["model"] == EMBED_MODEL
+    assert body["data"][0]["object"] == "embedding" and body["data"][0]["index"] == 0
+    assert np.dot(body["data"][0]["embedding"], expected[0]) > 0.9999
+    for item, vector in zip(lines[2]["response"]["body"]["data"], expected[1:], strict=True):
+        cut = vector[:16] / np.linalg.norm(vector[:16])
+        assert len(item["embedding"]) == 16 and np.dot(item["embedding"], cut) > 0.9999
+    packed = lines[3]["response"]["body"]["data"][0]["embedding"]
+    unpacked = np.frombuffer(base64.b64decode(packed), dtype="<f4")
+    assert np.allclose(unpacked, body["data"][0]["embedding"], atol=1e-7)
+    counted = [len(own.tokenizer(t)["input_ids"]) for t in texts]
+    assert body["usage"] == {"prompt_tokens": counted[0], "total_tokens": counted[0]}
+    assert lines[2]["response"]["body"]["usage"]["prompt_tokens"] == sum(counted[1:])
+
+
+@pytest.fixture(scope="module")
+def chat_path(tmp_path_factory: pytest.TempPathFactory, small_corpus: pa.Table) -> Path:
+    texts = small_corpus.column("text").to_pylist()
+    return tiny.llama_chat(tmp_path_factory.mktemp("llama-chat"), texts)
+
+
+def greedy(chat_path: Path, messages: list[dict], max_new_tokens: int) -> tuple[str, int, int]:
+    """transformers' own answer: the chat template's prompt, greedy ``generate``; the text,
+    prompt tokens and new tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(chat_path)
+    model = AutoModelForCausalLM.from_pretrained(chat_path, dtype=torch.float32).eval()
+    ids = hf.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+        )
+    new = out[0, len(ids) :].tolist()
+    return hf.decode(new, skip_special_tokens=True), len(ids), len(new)
+
+
+def test_chat_completions_answer_as_transformers_does(tmp_path: Path, chat_path: Path):
+    """A whole conversation through the model's chat template, greedy at temperature 0, each
+    request with its own max_tokens; a structured response_format is an error line until
+    structured generation lands."""
+    chat = "/v1/chat/completions"
+    talk = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "the report"},
+        {"role": "assistant", "content": "which one"},
+        {"role": "user", "content": "the first"},
+    ]
+    short = [{"role": "user", "content": "a question about the data"}]
+    lines = serve(
+        [
+            request("long", chat, messages=talk, max_tokens=6, temperature=0),
+            request("short", chat, messages=short, max_completion_tokens=3),
+            request(
+                "schema",
+                chat,
+                messages=short,
+                response_format={"type": "json_schema", "json_schema": {"schema": {}}},
+            ),
+        ],
+        tmp_path,
+        str(chat_path),
+    )
+    for line, (messages, most) in zip(lines[:2], [(talk, 6), (short, 3)], strict=True):
+        text, prompt, new = greedy(chat_path, messages, most)
+        body = line["response"]["body"]
+        assert body["object"] == "chat.completion" and line["error"] is None
+        (choice,) = body["choices"]
+        assert choice["message"] == {"role": "assistant", "content": text}
+        assert choice["finish_reason"] == ("length" if new == most else "stop")
+        usage = {"prompt_tokens": prompt, "completion_tokens": new, "total_tokens": prompt + new}
+        assert body["usage"] == usage
+    assert lines[2]["error"] == {
+        "code": "unsupported_response_format",
+        "message": "response_format json_schema needs structured generation",
+    }
+
+
+def test_a_killed_run_batch_resumed_writes_each_custom_id_once(tmp_path: Path):
+    """SIGKILL right after the first chunk commits: no results file yet; started again, the
+    committed chunk is not scored again and every custom_id has exactly one line."""
+    source, target = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    ids = [f"req-{i}" for i in range(6)]
+    source.write_text("".join(request(i, input=f"text number {i}") + "\n" for i in ids))
+    command = [
+        *(sys.executable, "-m", "batchscore", "run-batch"),
+        *("-i", str(source), "-o", str(target), "--model", EMBED_MODEL),
+        *("--set", "model.precision=fp32", "--set", "output.chunk_rows=2"),
+        *("--set", "batching.window_rows=2"),  # a window, and its commit, per chunk
+    ]
+    killed = subprocess.run(
+        command, env=environment("after-record@1:kill"), capture_output=True, timeout=300
+    )
+    assert killed.returncode == -9, killed.stderr.decode()
+    assert not target.exists()
+    output = tmp_path / "results.jsonl.work" / "embeddings" / "output"
+    (first,) = [p for p in output.glob("*.parquet")]
+    before = first.stat().st_ino
+    done = subprocess.run(command, env=environment(), capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    assert first.stat().st_ino == before  # committed before the kill: kept, not re-scored
+    assert len(list(output.glob("*.parquet"))) == 3
+    assert [line["custom_id"] for line in results(target)] == ids
+    assert all(line["response"]["status_code"] == 200 for line in results(target))
+
+
+def test_an_unreadable_request_file_is_a_clear_error(tmp_path: Path):
+    done = invoke(
+        "run-batch", "-i", str(tmp_path / "nowhere.jsonl"), "-o", str(tmp_path / "r.jsonl"),
+        "--model", EMBED_MODEL,
+    )  # fmt: skip
+    assert done.exit_code == 2
+    assert "cannot read the request file" in done.output and "Traceback" not in done.output
