@@ -184,3 +184,21 @@ def test_an_unreadable_request_file_is_a_clear_error(tmp_path: Path):
     )  # fmt: skip
     assert done.exit_code == 2
     assert "cannot read the request file" in done.output and "Traceback" not in done.output
+
+
+def test_request_and_result_files_on_s3(bucket: str, tmp_path: Path):
+    """Both files and the work folder in an object store (moto's S3 server): the same lines
+    as a local run."""
+    from batchscore.storage.fs import filesystem
+
+    requests = [request("x", input="on a bucket"), "not json"]
+    local = serve(requests, tmp_path, EMBED_MODEL)
+    fs, key = filesystem(f"{bucket}/requests.jsonl")
+    with fs.open_output_stream(key) as stream:
+        stream.write(("\n".join(requests) + "\n").encode())
+    args = ["-i", f"{bucket}/requests.jsonl", "-o", f"{bucket}/results.jsonl"]
+    done = invoke("run-batch", *args, "--model", EMBED_MODEL, "--set", "model.precision=fp32")
+    assert done.exit_code == 0, done.output
+    with fs.open_input_stream(filesystem(f"{bucket}/results.jsonl")[1]) as stream:
+        remote = [json.loads(text) for text in stream.read().decode().splitlines()]
+    assert remote == local
