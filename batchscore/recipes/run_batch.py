@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from batchscore.errors import JobError, WriteError
+from batchscore.errors import JobError, ModelError, WriteError
 from batchscore.files import replace_durably
 from batchscore.job.parse import apply_overrides, job_from_dict
 from batchscore.job.sections import Job
@@ -101,11 +101,20 @@ def run_batch(
     folder = work or f"{target}.work"
     report = BatchReport(target)
     lines: dict[int, dict[str, Any]] = {}
-    for name, group in groups(requests).items():
-        job = group_job(group, name, folder=folder, model=model, overrides=overrides)
-        write_if_changed(f"{job.input.path[0]}/{SHARD}", group.table())
-        report.runs[name] = run_job(job, progress=progress, environ=environ)
+    refusals: list[JobError | ModelError] = []
+    found = groups(requests)
+    for name, group in found.items():
+        try:  # the model may not serve this url (an encoder asked to chat)
+            job = group_job(group, name, folder=folder, model=model, overrides=overrides)
+            write_if_changed(f"{job.input.path[0]}/{SHARD}", group.table())
+            report.runs[name] = run_job(job, progress=progress, environ=environ)
+        except (JobError, ModelError) as exc:
+            refusals.append(exc)
+            lines.update(unserved(group, str(exc)))
+            continue
         lines.update(group_lines(group, job, committed(job.output.path), model))
+    if refusals and len(refusals) == len(found):
+        raise refusals[0]  # no request could be served: the model or --set is wrong, not a line
     for request in requests:
         if isinstance(request, Refused):
             lines[request.line] = error_line(
@@ -252,6 +261,13 @@ def token_counts(job: Job, table: pa.Table) -> dict[int, int]:
     for line, tokens in zip(table.column("line").to_pylist(), per_row.tolist(), strict=True):
         counts[line] = counts.get(line, 0) + tokens
     return counts
+
+
+def unserved(group: Group, why: str) -> dict[int, dict[str, Any]]:
+    """Every request of a group the model cannot serve, as an error line."""
+    return {
+        r.line: error_line(r.line, r.custom_id, "model_not_supported", why) for r in group.requests
+    }
 
 
 def failed(request: Embeddings | ChatRequest, why: str) -> dict[str, Any]:

@@ -202,3 +202,20 @@ def test_request_and_result_files_on_s3(bucket: str, tmp_path: Path):
     with fs.open_input_stream(filesystem(f"{bucket}/results.jsonl")[1]) as stream:
         remote = [json.loads(text) for text in stream.read().decode().splitlines()]
     assert remote == local
+
+
+def test_requests_the_model_cannot_serve_are_error_lines(tmp_path: Path):
+    """Chat requests to an embedding model are error lines, and its embeddings are served;
+    when no request can be served the model is wrong, and run-batch says so (exit 2 for
+    a built-in encoder named for a task that needs its own model, as `run` exits)."""
+    chat = request("talk", "/v1/chat/completions", messages=[{"role": "user", "content": "hi"}])
+    lines = serve([chat, request("vec", input="served")], tmp_path, EMBED_MODEL)
+    assert [line["custom_id"] for line in lines] == ["talk", "vec"]
+    assert lines[0]["error"]["code"] == "model_not_supported"
+    assert lines[1]["error"] is None
+    source = tmp_path / "chat.jsonl"
+    source.write_text(chat + "\n")
+    args = ["-i", str(source), "-o", str(tmp_path / "chat-results.jsonl")]
+    done = invoke("run-batch", *args, "--model", EMBED_MODEL)
+    assert done.exit_code == 2, done.output
+    assert not (tmp_path / "chat-results.jsonl").exists()
