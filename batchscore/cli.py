@@ -80,6 +80,25 @@ def main() -> None:
         faults.arm(spec)
 
 
+def chosen_progress(progress: str) -> str:
+    """``--progress``: "auto" is a bar on a terminal and log lines elsewhere (or with -q)."""
+    if progress == "auto":
+        quiet = settings().quiet
+        return "bar" if sys.stderr.isatty() and not json_logs() and not quiet else "log"
+    if progress == "bar" and json_logs():
+        return "log"  # a bar is no JSON line: its counts go out as log lines instead
+    return progress
+
+
+PROGRESS = click.option(
+    "--progress",
+    type=click.Choice(["auto", "bar", "log", "off"]),
+    default="auto",
+    show_default=True,
+    help="A bar on a terminal, log lines elsewhere (auto), or nothing.",
+)
+
+
 @main.command()
 @JOB
 @SET
@@ -89,13 +108,7 @@ def main() -> None:
     is_flag=True,
     help="Score even if the precision fails its [quality] gate (the report says so).",
 )
-@click.option(
-    "--progress",
-    type=click.Choice(["auto", "bar", "log", "off"]),
-    default="auto",
-    show_default=True,
-    help="A bar on a terminal, log lines elsewhere (auto), or nothing.",
-)
+@PROGRESS
 @click.option(
     "--engine",
     type=click.Choice(["local", "ray"]),
@@ -134,10 +147,7 @@ def run(
         from batchscore.recipes.driver import run_job
 
     quiet = settings().quiet
-    if progress == "auto":
-        progress = "bar" if sys.stderr.isatty() and not json_logs() and not quiet else "log"
-    elif progress == "bar" and json_logs():
-        progress = "log"  # a bar is no JSON line: its counts go out as log lines instead
+    progress = chosen_progress(progress)
     if engine is not None:
         overrides = (*overrides, f'engine="{engine}"')
     loaded = load(job, overrides)
@@ -173,9 +183,15 @@ def run(
 )
 @SET
 @click.option("--work-dir", default=None, help="The work folder (default: OUTPUT.work, beside it).")
+@PROGRESS
 @reports_errors
 def run_batch(
-    source: str, target: str, model: str, overrides: tuple[str, ...], work_dir: str | None
+    source: str,
+    target: str,
+    model: str,
+    overrides: tuple[str, ...],
+    work_dir: str | None,
+    progress: str,
 ) -> None:
     """Serve an OpenAI Batch request file (/v1/embeddings, /v1/chat/completions) offline and
     write OpenAI Batch result lines, one per request in the file's order. A bad line becomes
@@ -192,7 +208,13 @@ def run_batch(
 
     with stopping_on_signals():
         report = serve(
-            source, target, model=model, overrides=overrides, work=work_dir, environ=os.environ
+            source,
+            target,
+            model=model,
+            overrides=overrides,
+            work=work_dir,
+            progress=chosen_progress(progress),
+            environ=os.environ,
         )
     text = f"{target}: {report.requests} results, {report.failed} of them errors"
     say(text, event="run-batch", output=target, requests=report.requests, failed=report.failed)

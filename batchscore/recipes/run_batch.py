@@ -44,6 +44,7 @@ from batchscore.storage.fs import filesystem, is_url
 
 CHUNK_ROWS = 1000  # rows per commit: what a killed run-batch may have to score again
 SHARD = "requests.parquet"
+MISSING = "not in the committed output (a [input].where set with --set drops it)"
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}  # ours -> OpenAI's finish_reason
 
 
@@ -203,7 +204,7 @@ def group_lines(group: Group, job: Job, output: pa.Table, model: str) -> dict[in
     created = int(time.time())
     lines = {}
     for request in group.requests:
-        (row,) = rows[request.line]
+        row = rows.get(request.line, [{"error": MISSING}])[0]
         if row.get("error"):
             lines[request.line] = failed(request, row["error"])
             continue
@@ -228,7 +229,7 @@ def embed_lines(
     counts = token_counts(job, group.table())
     lines = {}
     for request in group.requests:
-        found = rows[request.line]
+        found = rows.get(request.line, [{"error": MISSING}])
         bad = next((row["error"] for row in found if row.get("error")), None)
         width = len(found[0]["embedding"]) if bad is None else 0
         if bad is not None:
