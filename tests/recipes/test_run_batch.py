@@ -28,6 +28,16 @@ def results(path: Path) -> list[dict]:
     return [json.loads(text) for text in path.read_text().splitlines()]
 
 
+def official(body: dict, kind: str) -> object:
+    """A result body parsed by the openai package's own response types (the API's truth):
+    ``embeddings`` or ``chat``; a missing field or a wrong type fails the test."""
+    from openai.types import CreateEmbeddingResponse
+    from openai.types.chat import ChatCompletion
+
+    parser = CreateEmbeddingResponse if kind == "embeddings" else ChatCompletion
+    return parser.model_validate(body, strict=True)
+
+
 def serve(requests: list[str], tmp_path: Path, model: str, *extra: str) -> list[dict]:
     source, target = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
     source.write_text("\n".join(requests) + "\n")
@@ -69,6 +79,8 @@ def test_embeddings_are_the_models_own_and_bad_lines_stand_alone(tmp_path: Path,
     texts = ["The cat sat on the mat.", "first text", "a second, longer text"]
     expected = own.encode(texts, normalize_embeddings=True)
     body = lines[0]["response"]["body"]
+    assert official(body, "embeddings").usage.prompt_tokens > 0
+    official(lines[2]["response"]["body"], "embeddings")
     assert body["object"] == "list" and body["model"] == EMBED_MODEL
     assert body["data"][0]["object"] == "embedding" and body["data"][0]["index"] == 0
     assert np.dot(body["data"][0]["embedding"], expected[0]) > 0.9999
@@ -137,6 +149,7 @@ def test_chat_completions_answer_as_transformers_does(tmp_path: Path, chat_path:
     for line, (messages, most) in zip(lines[:2], [(talk, 6), (short, 3)], strict=True):
         text, prompt, new = greedy(chat_path, messages, most)
         body = line["response"]["body"]
+        assert official(body, "chat").choices[0].message.role == "assistant"
         assert body["object"] == "chat.completion" and line["error"] is None
         (choice,) = body["choices"]
         assert choice["message"] == {"role": "assistant", "content": text}
