@@ -232,3 +232,34 @@ def test_requests_the_model_cannot_serve_are_error_lines(tmp_path: Path):
     done = invoke("run-batch", *args, "--model", EMBED_MODEL)
     assert done.exit_code == 2, done.output
     assert not (tmp_path / "chat-results.jsonl").exists()
+
+
+def test_a_row_the_model_failed_is_a_500_error_line():
+    """A committed row with its error (``on_error = "skip"``) answers its request with status
+    500 and the row's reason; the others in its job answer as usual."""
+    from batchscore.recipes.batch_requests import read_requests
+    from batchscore.recipes.run_batch import group_lines, groups
+
+    talk = [{"role": "user", "content": "hi"}]
+    chat = "/v1/chat/completions"
+    lines = [request(c, chat, messages=talk).encode() for c in ("ok", "bad")]
+    (group,) = groups(read_requests(lines, {"m"})).values()
+    committed = pa.table(
+        {
+            "line": [0, 1],
+            "item": [0, 0],
+            "generated": ["fine", None],
+            "prompt_tokens": [5, None],
+            "generated_tokens": [2, None],
+            "finish_reason": ["eos", None],
+            "error": [None, "[generate].chat: the model's chat template refuses it"],
+        }
+    )
+    ok, bad = group_lines(group, None, committed, "m").values()
+    assert ok["response"]["body"]["choices"][0]["finish_reason"] == "stop"
+    assert ok["response"]["body"]["usage"]["total_tokens"] == 7
+    assert bad["response"]["status_code"] == 500
+    assert bad["error"] == {
+        "code": "scoring_error",
+        "message": "[generate].chat: the model's chat template refuses it",
+    }
