@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,11 @@ import click
 
 from batchscore.errors import MetricsError
 from batchscore.exits import (
+    PROGRESS,
     Group,
+    chosen_progress,
     configured,
     data,
-    json_logs,
     reports_errors,
     say,
     settings,
@@ -78,25 +78,6 @@ def main() -> None:
         from batchscore import faults
 
         faults.arm(spec)
-
-
-def chosen_progress(progress: str) -> str:
-    """``--progress``: "auto" is a bar on a terminal and log lines elsewhere (or with -q)."""
-    if progress == "auto":
-        quiet = settings().quiet
-        return "bar" if sys.stderr.isatty() and not json_logs() and not quiet else "log"
-    if progress == "bar" and json_logs():
-        return "log"  # a bar is no JSON line: its counts go out as log lines instead
-    return progress
-
-
-PROGRESS = click.option(
-    "--progress",
-    type=click.Choice(["auto", "bar", "log", "off"]),
-    default="auto",
-    show_default=True,
-    help="A bar on a terminal, log lines elsewhere (auto), or nothing.",
-)
 
 
 @main.command()
