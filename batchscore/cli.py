@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,11 @@ import click
 
 from batchscore.errors import MetricsError
 from batchscore.exits import (
+    PROGRESS,
     Group,
+    chosen_progress,
     configured,
     data,
-    json_logs,
     reports_errors,
     say,
     settings,
@@ -90,13 +90,7 @@ def main() -> None:
     is_flag=True,
     help="Score even if the precision fails its [quality] gate (the report says so).",
 )
-@click.option(
-    "--progress",
-    type=click.Choice(["auto", "bar", "log", "off"]),
-    default="auto",
-    show_default=True,
-    help="A bar on a terminal, log lines elsewhere (auto), or nothing.",
-)
+@PROGRESS
 @click.option(
     "--engine",
     type=click.Choice(["local", "ray"]),
@@ -135,10 +129,7 @@ def run(
         from batchscore.recipes.driver import run_job
 
     quiet = settings().quiet
-    if progress == "auto":
-        progress = "bar" if sys.stderr.isatty() and not json_logs() and not quiet else "log"
-    elif progress == "bar" and json_logs():
-        progress = "log"  # a bar is no JSON line: its counts go out as log lines instead
+    progress = chosen_progress(progress)
     if engine is not None:
         overrides = (*overrides, f'engine="{engine}"')
     loaded = load(job, overrides)
@@ -160,6 +151,55 @@ def run(
         raise
     if not quiet:
         say(summary(report), event="summary", **key_figures(report))
+
+
+@main.command("run-batch")
+@click.option(
+    "-i", "--input", "source", required=True, help="The request file (JSONL; a path or s3://)."
+)
+@click.option(
+    "-o", "--output", "target", required=True, help="Where the results go (JSONL; a path or s3://)."
+)
+@click.option(
+    "--model", required=True, metavar="NAME_OR_PATH", help="The model every request is served by."
+)
+@SET
+@click.option("--work-dir", default=None, help="The work folder (default: OUTPUT.work, beside it).")
+@PROGRESS
+@reports_errors
+def run_batch(
+    source: str,
+    target: str,
+    model: str,
+    overrides: tuple[str, ...],
+    work_dir: str | None,
+    progress: str,
+) -> None:
+    """Serve an OpenAI Batch request file (/v1/embeddings, /v1/chat/completions) offline and
+    write OpenAI Batch result lines, one per request in the file's order. A bad line becomes
+    an error line for its custom_id; a killed run-batch started again scores only what it had
+    not committed. --set sets keys of the jobs it runs (model.precision=fp32).
+
+    \b
+    Example:
+        batchscore run-batch -i requests.jsonl -o results.jsonl --model all-MiniLM-L6-v2
+        batchscore run-batch -i s3://b/requests.jsonl -o s3://b/results.jsonl --model models/chat
+    """
+    with paused():
+        from batchscore.recipes.run_batch import run_batch as serve
+
+    with stopping_on_signals():
+        report = serve(
+            source,
+            target,
+            model=model,
+            overrides=overrides,
+            work=work_dir,
+            progress=chosen_progress(progress),
+            environ=os.environ,
+        )
+    text = f"{target}: {report.requests} results, {report.failed} of them errors"
+    say(text, event="run-batch", output=target, requests=report.requests, failed=report.failed)
 
 
 @main.command()

@@ -224,6 +224,25 @@ class Group(JsonUsage, click.Group):
             raise as_json(exc, getattr(exc, "ctx", None) or ctx) from None
 
 
+def chosen_progress(progress: str) -> str:
+    """``--progress``: "auto" is a bar on a terminal and log lines elsewhere (or with -q)."""
+    if progress == "auto":
+        quiet = settings().quiet
+        return "bar" if sys.stderr.isatty() and not json_logs() and not quiet else "log"
+    if progress == "bar" and json_logs():
+        return "log"  # a bar is no JSON line: its counts go out as log lines instead
+    return progress
+
+
+PROGRESS = click.option(
+    "--progress",
+    type=click.Choice(["auto", "bar", "log", "off"]),
+    default="auto",
+    show_default=True,
+    help="A bar on a terminal, log lines elsewhere (auto), or nothing.",
+)
+
+
 def say(text: str, *, event: str, message: str | None = None, **fields: Any) -> None:
     """A command's result on stdout: ``text`` for people; with ``--log-format json`` one JSON
     object (a log line's keys, ``message`` (default: ``text``'s first line), ``event`` and

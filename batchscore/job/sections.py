@@ -247,6 +247,9 @@ class GenerateConfig:
     seed: int = field(default=0, metadata={"min": 0})
     chat: bool = field(default=False, metadata=WHEN_SET)
     system: str | None = field(default=None, metadata=WHEN_SET)
+    # each row's text is a JSON list of chat messages ({role, content}), as OpenAI's chat
+    # requests carry a conversation, rendered whole through the chat template
+    messages: bool = field(default=False, metadata=WHEN_SET)
     stop: tuple[str, ...] = field(default=(), metadata=WHEN_SET)
     # Above 1 penalizes tokens already in the row (prompt included), below 1 favours them; past
     # MAX_REPETITION_PENALTY either way a logit is scaled into noise, which only a typo asks for.
@@ -261,6 +264,10 @@ class GenerateConfig:
         found = []
         if self.system is not None and not self.chat:
             found.append("system: a system message is a turn of the chat template; set chat = true")
+        if self.messages and not self.chat:
+            found.append(
+                "messages: a row's messages are rendered by the chat template; set chat = true"
+            )
         if len(self.stop) > MAX_STOP_STRINGS:
             found.append(f"stop: at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}")
         for text in self.stop:

@@ -66,7 +66,8 @@ class PromptEncoding:
         self.inputs = self.prompt.columns
         # [summarize] has no chat keys: an abstractive summary's prompt is the model's own format
         chat = getattr(options, "chat", False)
-        self.chat = Chat(self.encoder.hf, options.system, path) if chat else None
+        messages = getattr(options, "messages", False)
+        self.chat = Chat(self.encoder.hf, options.system, path, messages=messages) if chat else None
 
     def encode(self, table: pa.Table) -> Encoded:
         texts, rows, errors = self.prompt.render(table)

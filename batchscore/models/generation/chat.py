@@ -6,7 +6,8 @@ each row as transformers' ``apply_chat_template(messages, add_generation_prompt=
 (the template is the model folder's, rendered by transformers' own sandboxed renderer) and
 tokenizes the result as it does: with no special tokens added, since the template writes them.
 The user turn is the row's prompt (`[generate].prompt` over its columns, or its text), after an
-optional `[generate].system` message.
+optional `[generate].system` message; with `[generate].messages` the row's text is the whole
+conversation instead, a JSON list of ``{role, content}`` (as OpenAI's chat requests carry it).
 """
 
 from __future__ import annotations
@@ -46,6 +47,18 @@ def has_chat_template(path: Path) -> bool:
     return isinstance(template, str) and bool(template.strip())
 
 
+def read_messages(text: str) -> list[dict[str, str]]:
+    """A row's conversation from its JSON text; a row that is not one is refused (ValueError),
+    alone, as a row the template refuses."""
+    found = json.loads(text)
+    if not isinstance(found, list) or not found:
+        raise ValueError("expected a non-empty JSON list of messages")
+    for message in found:
+        if not isinstance(message, dict) or not {"role", "content"} <= set(message):
+            raise ValueError(f"expected messages with a role and a content, got {message!r}")
+    return found
+
+
 def no_template(source: Path) -> ModelError:
     """What `validate` and loading say of a model without a chat template, when asked for chat."""
     return ModelError(
@@ -58,7 +71,9 @@ def no_template(source: Path) -> ModelError:
 class Chat:
     """Renders rows' prompts through a transformers tokenizer's chat template."""
 
-    def __init__(self, tokenizer: Any, system: str | None, source: Path) -> None:
+    def __init__(
+        self, tokenizer: Any, system: str | None, source: Path, *, messages: bool = False
+    ) -> None:
         try:
             template = tokenizer.get_chat_template()
         except ValueError:
@@ -67,10 +82,12 @@ class Chat:
             raise no_template(source)
         self.tokenizer = tokenizer
         self.system = system
+        self.messages = False  # the probe is one user turn, whatever the rows hold
         try:
             self.apply([PROBE])
         except Exception as exc:  # the template's own raise_exception, or a Jinja error
             raise self.refusal(exc, source) from exc
+        self.messages = messages
 
     def refusal(self, exc: Exception, source: Path) -> ModelError:
         """Why the probe conversation does not render, blaming the system message only when
@@ -89,6 +106,8 @@ class Chat:
     def conversation(self, text: str) -> list[dict[str, str]]:
         """The messages of one row: the system message, if any, then the row's prompt."""
         system = [{"role": "system", "content": self.system}] if self.system is not None else []
+        if self.messages:
+            return [*system, *read_messages(text)]
         return [*system, {"role": "user", "content": text}]
 
     def apply(self, texts: list[str]) -> list[str]:
