@@ -93,7 +93,9 @@ class Adapter:
     def usage(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]:
         """The tokens the model read for each encoded row: the token ids of its units, as they
         went in (truncated, special tokens and a prompt included, every window of a long text,
-        repeats counted for each row that holds them); {} unless `count_usage` was called."""
+        repeats counted for each row that holds them); {} unless `count_usage` was called.
+        A task whose units are not token ids counts what its model saw in their ``lengths``
+        instead (an image: its patches, the image tokens), and this sums those the same way."""
         if not self.counting or "prompt_tokens" not in self.usage_names:
             return {}
         return {"prompt_tokens": tokens_per_row(encoded)}
