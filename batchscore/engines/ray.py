@@ -54,6 +54,8 @@ COUNTERS = (
     "retries",
     "chunked",
     "windows",
+    "prompt_tokens",
+    "generated_tokens",
 )
 
 

@@ -170,6 +170,11 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     if model and inp and batching and task:
         found = task_problems(task, inp=inp, model=model, batching=batching)
         problems += [f"{source}: {p}" for p in found]
+    if output and output.usage and isinstance(task, TensorConfig):
+        problems.append(
+            f"{source}: [output].usage: task tensor reads numbers, not tokens; there is no "
+            "usage to count"
+        )
     if engine == "ray" and model and batching:
         # "auto" is measured on this machine, not on the actors' hardware: a Ray job that does
         # not say runs at fp32 with a fixed budget, and one that asks for "auto" is refused

@@ -126,6 +126,9 @@ class OutputConfig:
     on_error: Literal["fail", "skip"] = "fail"
     max_bad_share: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
     chunk_rows: int = field(default=50_000, metadata={"min": 1, "max": MAX_CHUNK_ROWS})
+    # each row's tokens as its model read them (`prompt_tokens`; generation adds what it wrote),
+    # and the run's totals in its report, summary and metrics: what an API would have charged
+    usage: bool = False
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,14 @@ def load_at(
     """
     model = dataclasses.replace(job.model, precision=executor.precision)
     refuse_generation(model, model_path)
-    task = load_task(model_path, model=model, options=job.task, inp=job.input, executor=executor)
+    task = load_task(
+        model_path,
+        model=model,
+        options=job.task,
+        inp=job.input,
+        executor=executor,
+        usage=job.output.usage,
+    )
     if precision(executor.precision).calibrated:
         calibrate_on(job, task, executor, sample if sample is not None else job_sample(job, shards))
     return task

@@ -46,6 +46,10 @@ class Task(Encoding, Protocol):
 
     def finish(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]: ...
 
+    def usage(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]:
+        """The usage columns `count_usage` added, one value per encoded row ({} without)."""
+        ...
+
     def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
         """How far ``candidate`` outputs (another precision's) are from fp32's ``reference``."""
         ...
@@ -62,6 +66,10 @@ class Adapter:
 
     encoding_type: type
     encoding: Any  # an `encoding_type`, built by `set_up`
+    columns: list[pa.Field]
+    # the columns `[output].usage = true` adds to the task's own (`count_usage`)
+    usage_names: tuple[str, ...] = ("prompt_tokens",)
+    counting = False
 
     def set_up(self, path: Path, *, model: ModelConfig, options: Any, inp: InputConfig) -> Any:
         """Every adapter's first step: its encoding (`encoding_type`, the weight-free part
@@ -75,6 +83,22 @@ class Adapter:
     def encode(self, table: pa.Table) -> Encoded:
         """The rows' units, as the adapter's encoding makes them."""
         return self.encoding.encode(table)
+
+    def count_usage(self) -> None:
+        """Write the tokens the model read per row too (`[output].usage`): called once, when
+        the adapter is built, so `columns` (the output schema) holds `usage_names`."""
+        self.columns = [*self.columns, *fields(self.usage_names, USAGE)]
+        self.counting = True
+
+    def usage(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]:
+        """The tokens the model read for each encoded row: the token ids of its units, as they
+        went in (truncated, special tokens and a prompt included, every window of a long text,
+        repeats counted for each row that holds them); {} unless `count_usage` was called.
+        A task whose units are not token ids counts what its model saw in their ``lengths``
+        instead (an image: its patches, the image tokens), and this sums those the same way."""
+        if not self.counting or "prompt_tokens" not in self.usage_names:
+            return {}
+        return {"prompt_tokens": tokens_per_row(encoded)}
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: Any) -> dict[str, str]:
@@ -101,6 +125,16 @@ class Adapter:
     def generates(cls, model: ModelConfig, path: Path) -> bool:
         """Whether its outputs are generated text (tokens, not numbers to compare)."""
         return False
+
+
+# the usage columns' types: what the model read per row, and what a generative one wrote
+USAGE = {"prompt_tokens": pa.int32(), "generated_tokens": pa.int32()}
+
+
+def tokens_per_row(encoded: Encoded) -> pa.Array:
+    """Each encoded row's units' tokens summed, in ``rows`` order (int32)."""
+    counts = np.bincount(encoded.owners, weights=encoded.lengths, minlength=len(encoded.rows))
+    return pa.array(counts.astype(np.int32), type=pa.int32())
 
 
 def fields(names: tuple[str, ...], types: dict[str, pa.DataType]) -> list[pa.Field]:

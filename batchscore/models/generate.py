@@ -205,6 +205,7 @@ class GenerateTask(Adapter):
 
     encoding_type = PromptEncoding  # the weight-free part (`models.tasks.encoding` builds it)
     column = "generated"
+    usage_names = ()  # its own columns count the tokens it read and wrote
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: Any) -> dict[str, str]:
@@ -282,6 +283,10 @@ class GenerateTask(Adapter):
             "finish_reason": pa.array(reasons, type=pa.string()),
         }
 
+    def usage(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
+        """{}: `finish` counts them (`prompt_tokens`, `generated_tokens`)."""
+        return {}
+
     def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
         return agreement.texts(reference, candidate, self.column, gate)
 
@@ -291,10 +296,8 @@ class AbstractiveSummarizeTask(GenerateTask):
     the extractive default."""
 
     column = "summary"
+    usage_names = ("prompt_tokens", "generated_tokens")  # generate's, kept with [output].usage
 
     @classmethod
     def output_names(cls, options: object) -> tuple[str, ...]:
         return (cls.column,)
-
-    def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
-        return {self.column: super().finish(encoded, results)[self.column]}

@@ -18,7 +18,7 @@ from typing import Any
 from batchscore.errors import JobError, ModelError
 from batchscore.job.column_names import clashes
 from batchscore.job.sections import InputConfig, Job, ModelConfig
-from batchscore.models.base import Adapter, Encoding, Task
+from batchscore.models.base import USAGE, Adapter, Encoding, Task
 from batchscore.models.classify import ClassifyTask
 from batchscore.models.embed import EmbedTask
 from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask
@@ -49,6 +49,8 @@ def check_outputs(job: Job) -> None:
     (`batchscore.job.column_names`)."""
     names = set(TASKS[job.model.task].output_names(job.task))
     names.update(f.name for f in error_fields(job.output.on_error))
+    if job.output.usage:  # which adapter counts what is known once the model is found: all
+        names.update(USAGE)
     found = clashes(job.input.carried, names)
     if found:
         column, output = found[0]
@@ -102,8 +104,18 @@ def encoding(path: Path, *, model: ModelConfig, options: Any, inp: InputConfig) 
 
 
 def load_task(
-    path: Path, *, model: ModelConfig, options: Any, inp: InputConfig, executor: Executor
+    path: Path,
+    *,
+    model: ModelConfig,
+    options: Any,
+    inp: InputConfig,
+    executor: Executor,
+    usage: bool = False,
 ) -> Task:
-    """Build the adapter for the job's task around the model at ``path``."""
+    """Build the adapter for the job's task around the model at ``path``; with ``usage``
+    (`[output].usage`), one that writes the tokens its model read per row too."""
     chosen = adapter(path, model=model, options=options)
-    return chosen(path, model=model, options=options, inp=inp, executor=executor)
+    task = chosen(path, model=model, options=options, inp=inp, executor=executor)
+    if usage:
+        task.count_usage()
+    return task

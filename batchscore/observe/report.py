@@ -23,6 +23,10 @@ class RunStats:
     padded_tokens: int = 0
     batches: int = 0
     truncated: int = 0
+    # usage: the tokens the model read for the rows scored (the `prompt_tokens` column's sum)
+    # and those a generative model wrote (`generated_tokens`'s), as an API would bill them
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
     chunked: int = 0  # long texts read whole, in windows ([model].long_text = "chunk")
     windows: int = 0  # the windows those texts were scored as
     bad_rows: int = 0
@@ -56,6 +60,14 @@ class RunStats:
         entry["bad_rows"] += bad_rows
         entry["filtered"] += filtered
 
+    def used(self, rows: Any, names: tuple[str, ...]) -> None:
+        """Count the task's usage columns ``names`` (`prompt_tokens`, `generated_tokens`) of
+        output rows (a pyarrow Table) on their way to the writer; a row that failed holds null
+        there, and counts nothing."""
+        for name in names:
+            total = rows.column(name).fill_null(0).to_numpy().sum()
+            setattr(self, name, getattr(self, name) + int(total))
+
     def report(self, **context: Any) -> dict[str, Any]:
         """The run report: counters, derived rates, and whatever context the driver adds."""
         wall = max(self.wall_s, 1e-9)
@@ -74,6 +86,7 @@ class RunStats:
             "tokens_per_s": round(self.tokens / wall, 1),
             # per replica, so it stays a share of 0-1 however many models ran
             "model_busy_share": round(self.model_busy_s / (wall * max(self.replicas, 1)), 4),
+            "total_tokens": self.prompt_tokens + self.generated_tokens,
             **context,
         }
 
@@ -97,6 +110,9 @@ class RunReport:
     output: str
     failures: tuple[dict[str, str], ...]  # shards that failed: {"shard", "error"}
     bad_rows: int  # rows recorded with their error (on_error = "skip")
+    # usage: tokens the model read and wrote for this run's rows ([output].usage, generation)
+    prompt_tokens: int
+    generated_tokens: int
     data: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
@@ -117,6 +133,8 @@ class RunReport:
             output=str(report.get("output", "")),
             failures=tuple(report.get("failed_shards", ())),
             bad_rows=int(report.get("bad_rows", 0)),
+            prompt_tokens=int(report.get("prompt_tokens", 0)),
+            generated_tokens=int(report.get("generated_tokens", 0)),
             data=report,
         )
 
@@ -142,6 +160,9 @@ KEY_FIGURES = (
     "chunks_already_done",
     "rows_already_done",
     "bad_rows",
+    "prompt_tokens",
+    "generated_tokens",
+    "total_tokens",
     "output",
 )
 
@@ -213,6 +234,7 @@ def summary(report: dict[str, Any]) -> str:
                 if report.get("from_gate")
                 else []
             ),
+            *usage(report),
             *([f"  int8: {report['int8']}"] if report.get("int8") else []),
             *(
                 [f"  ray: {report['actors_replaced']} model actor(s) died and were replaced"]
@@ -232,3 +254,12 @@ def gone(report: dict[str, Any]) -> list[str]:
         f"  gone: {len(report['gone_shards'])} shard(s) no longer input; their output left the "
         "data files, kept under _batchscore/gone/ (status lists them)"
     ]
+
+
+def usage(report: dict[str, Any]) -> list[str]:
+    """The line of the run's usage totals, when it counted any."""
+    read, wrote = report.get("prompt_tokens", 0), report.get("generated_tokens", 0)
+    if not read and not wrote:
+        return []
+    made = f" + {wrote:,} generated = {read + wrote:,}" if wrote else ""
+    return [f"  usage: {read:,} prompt tokens{made} (counted by the model's tokenizer)"]

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from batchscore.errors import InputDataError
 from batchscore.job.sections import BatchingConfig, InputConfig
-from batchscore.models.base import Task
+from batchscore.models.base import USAGE, Task
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.assemble import assemble
@@ -80,6 +80,7 @@ class Scorer:
         self.stats, self.progress = stats, progress
         self.budget = Budget(batching.max_tokens)
         self.skip = on_error == "skip"
+        self.usage = tuple(f.name for f in task.columns if f.name in USAGE)  # the run counts
 
     def __call__(self, window: Window, hand: Hand) -> None:
         """Hand on one `Scored` per part of the window, each once: a chunk's output rows, or
@@ -106,7 +107,10 @@ class Scorer:
         """The window's output rows from the model's results, and the rows that failed."""
         encoded = window.encoded
         errors = {**encoded.errors, **outcome.errors}
-        columns = {} if outcome.results is None else self.task.finish(encoded, outcome.results)
+        columns = {}
+        if outcome.results is not None:  # the task's columns, then its usage if it counts
+            columns = self.task.finish(encoded, outcome.results)
+            columns |= self.task.usage(encoded, outcome.results)
         table = assemble(
             window.table,
             columns,
@@ -125,6 +129,7 @@ class Scorer:
             row, message = min(own.items())
             return Scored(part.chunk, error=InputDataError(f"{window.where(row)}, {message}"))
         rows = table.slice(part.start, part.stop - part.start)
+        self.stats.used(rows, self.usage)
         return Scored(part.chunk, rows, self.rejected(window, part, own), read=part.rows.read)
 
     def run(
