@@ -125,6 +125,8 @@ class OutputConfig:
     on_error: Literal["fail", "skip"] = "fail"
     max_bad_share: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
     chunk_rows: int = field(default=50_000, metadata={"min": 1, "max": MAX_CHUNK_ROWS})
+    # "delta": the folder is a Delta Lake table (the `delta` extra; `batchscore.output.delta`)
+    format: Literal["parquet", "delta"] = "parquet"
 
 
 @dataclass(frozen=True)
