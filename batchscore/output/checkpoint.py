@@ -38,9 +38,9 @@ from typing import Any
 from batchscore import faults
 from batchscore.errors import BookkeepingError, WriteError, write_error
 from batchscore.job.ranges import unusable
+from batchscore.output.delta import Table
 from batchscore.output.manifest import is_ours, problem
 from batchscore.output.settled import Decision
-from batchscore.output.delta import Table
 from batchscore.storage import Store, open_store
 from batchscore.storage.disk import empty_folder
 from batchscore.storage.layout import (

@@ -31,10 +31,10 @@ from batchscore.errors import InputDataError
 from batchscore.job.sections import OutputConfig
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.delta import fit
 from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Pending
 from batchscore.output.settled import Decision
-from batchscore.output.delta import fit
 from batchscore.output.verdict import bad_share_error
 from batchscore.output.writer import ChunkWriter
 from batchscore.storage.layout import part_name, rejected_name

@@ -45,10 +45,10 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, check_claim
 from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, lineage, output_schema
+from batchscore.output.delta import Table
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending, pending_work
 from batchscore.output.settled import Decision
-from batchscore.output.delta import Table
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.precision.table import check_precision
 from batchscore.recipes.run import Run
