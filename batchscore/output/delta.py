@@ -144,7 +144,24 @@ class Table:
         ]
         txns = [Transaction(app_id(k), self.version_of(k) + 1) for k, _ in fresh]
         info = self.info("append", [k for k, _ in fresh], metadata)
-        self.commit(adds, txns, info, schema)
+        self.commit(adds, txns, info, schema, mode=self.mode_for(schema))
+
+    def mode_for(self, schema: pa.Schema) -> str:
+        """ "append" while the table's columns are ``schema``'s; "overwrite" (which takes the
+        new columns) where they differ and the table holds no file (after a ``--restart`` of
+        a job whose columns changed: an append would keep the old columns and hide the new).
+        Columns that differ under live files are refused: this run's would not read."""
+        from deltalake import Schema
+
+        dt = self.loaded()
+        if Schema.from_arrow(schema).to_json() == dt.schema().to_json():
+            return "append"
+        if dt.file_uris():
+            raise WriteError(
+                f"{self.uri}: the Delta table's columns differ from this job's output and it "
+                "holds rows; run with --restart to start over, or point [output].path elsewhere"
+            )
+        return "overwrite"
 
     def retire(self, keys: Iterable[str], *, where: str | None = None) -> int:
         """Delete output from the table, as one transaction: the whole files of chunks
@@ -193,15 +210,22 @@ class Table:
         return {**lineage, "batchscore.operation": operation, "batchscore.chunks": keys}
 
     def commit(
-        self, actions: list[Any], txns: list[Any], info: dict[str, Any], schema: Any
+        self,
+        actions: list[Any],
+        txns: list[Any],
+        info: dict[str, Any],
+        schema: pa.Schema | None,
+        *,
+        mode: str = "append",
     ) -> None:
+        """One transaction: the file actions, the chunks' application transactions, the info."""
         from deltalake import CommitProperties
 
         dt = self.loaded()
         properties = CommitProperties(custom_metadata=info, app_transactions=txns)
         try:
             dt.create_write_transaction(
-                actions, "append", schema or dt.schema(), commit_properties=properties
+                actions, mode, schema or dt.schema(), commit_properties=properties
             )
         except Exception as exc:
             raise self.error("commit to", exc) from exc

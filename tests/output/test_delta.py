@@ -209,13 +209,21 @@ def test_adding_or_removing_a_chunk_twice_commits_once(tmp_path: Path):
     assert dt.history()[0]["batchscore.job"] == "unit"
 
 
-def test_restart_empties_the_table_before_it_removes_the_files(tmp_path: Path):
+def test_restart_empties_the_table_and_takes_the_new_columns(tmp_path: Path):
+    """A ``--restart`` takes every chunk out of the table before it removes the files; with
+    columns changed, the empty table takes the new ones (an append would keep the old)."""
     job = delta_job(tmp_path)
     ids = write_shard(tmp_path / "in/a.parquet", 6)
     run_job(load_job(job))
     report = run_job(load_job(job), restart=True)
     assert report["rows"] == 6
     assert_consistent(tmp_path / "out", ids)
+    job.write_text(job.read_text().replace('id = "id"\n', 'id = "id"\nkeep = ["x0"]\n', 1))
+    run_job(load_job(job), restart=True)
+    assert_consistent(tmp_path / "out", ids)
+    table = deltalake.DeltaTable(str(tmp_path / "out")).to_pyarrow_table()
+    assert table.column_names == ["id", "x0", "prediction", "scores"]
+    assert table["x0"].null_count == 0
 
 
 def test_without_deltalake_the_error_names_the_extra(tmp_path: Path, monkeypatch):
