@@ -209,6 +209,24 @@ def test_adding_or_removing_a_chunk_twice_commits_once(tmp_path: Path):
     assert dt.history()[0]["batchscore.job"] == "unit"
 
 
+def test_rows_retired_by_a_predicate_are_a_delta_delete(tmp_path: Path):
+    """The hook row-level increments call: rows picked by a predicate leave the table in one
+    transaction that names its lineage and predicate; a second call deletes nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    key = chunk_key(shard_key("a"), 0)
+    rows = pa.table({"id": ["a-0", "a-1", "a-2"]})
+    pq.write_table(rows, out / part_name(key))
+    table = Table(LocalStore(out), lineage={"batchscore.job": "unit"})
+    table.append([(key, facts_of(out / part_name(key)))], schema=rows.schema, metadata={})
+    assert table.retire([], where="id IN ('a-0', 'a-2')") == 2
+    assert table.retire([], where="id IN ('a-0', 'a-2')") == 0
+    dt = deltalake.DeltaTable(str(out))
+    assert dt.to_pyarrow_table()["id"].to_pylist() == ["a-1"]
+    [delete] = [h for h in dt.history() if h.get("batchscore.where")]
+    assert delete["batchscore.job"] == "unit" and delete["batchscore.operation"] == "delete"
+
+
 def test_restart_empties_the_table_and_takes_the_new_columns(tmp_path: Path):
     """A ``--restart`` takes every chunk out of the table before it removes the files; with
     columns changed, the empty table takes the new ones (an append would keep the old)."""
