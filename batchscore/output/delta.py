@@ -43,7 +43,6 @@ import pyarrow as pa
 
 from batchscore.errors import JobError, WriteError
 from batchscore.output.manifest import FileFacts
-from batchscore.storage.fs import is_url
 from batchscore.storage.layout import part_key, part_name
 from batchscore.storage.store import Store
 
@@ -64,6 +63,7 @@ def fit(schema: pa.Schema) -> pa.Schema:
 
 
 def delta_type(field: pa.Field) -> pa.DataType:
+    """A column's type as Delta holds it (nested types converted throughout)."""
     kind = field.type
     if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
         return pa.list_(field.with_type(delta_type(kind.value_field)))
@@ -97,7 +97,7 @@ class Table:
                 f'[output].format = "delta" needs the deltalake package: {EXTRA}'
             ) from None
         self.store, self.lineage = store, lineage
-        self.uri = store.url if is_url(store.url) else str(store.url)
+        self.uri = str(store.url)  # a local folder's path, or the store's URL
         self.options = storage_options(self.uri)
         self.dt: Any = None  # the table as last read or committed (one run writes it)
 
