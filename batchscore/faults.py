@@ -26,6 +26,7 @@ POINTS = (
     "after-temp-write",  # chunk rows written to the temporary file, not yet fsynced
     "after-fsync",  # temporary file durable, not yet renamed
     "after-rename",  # data file in place, no commit record yet
+    "after-table-commit",  # format "delta": the data files are in the table, no record yet
     "before-record",  # about to write the commit record
     "after-record",  # chunk committed
     "write-chunk",  # while appending rows to the temporary file

@@ -129,6 +129,8 @@ class OutputConfig:
     # each row's tokens as its model read them (`prompt_tokens`; generation adds what it wrote),
     # and the run's totals in its report, summary and metrics: what an API would have charged
     usage: bool = False
+    # "delta": the folder is a Delta Lake table (the `delta` extra; `batchscore.output.delta`)
+    format: Literal["parquet", "delta"] = "parquet"
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ def fingerprint_parts(job: Job, model_path: Path, model_files: str | None = None
         # only when set, so outputs made before the key existed still resume
         **({"where": job.input.where} if job.input.where is not None else {}),
         **({"usage": True} if job.output.usage else {}),  # its columns are in the schema
+        # a folder's files are a table's or not: a Parquet folder never turns into a Delta table
+        **({"format": job.output.format} if job.output.format != "parquet" else {}),
         **model_parts(job.model, model_path, job.task),
     }
 

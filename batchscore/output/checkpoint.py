@@ -38,6 +38,7 @@ from typing import Any
 from batchscore import faults
 from batchscore.errors import BookkeepingError, WriteError, write_error
 from batchscore.job.ranges import unusable
+from batchscore.output.delta import Table
 from batchscore.output.manifest import is_ours, problem
 from batchscore.output.settled import Decision
 from batchscore.storage import Store, open_store
@@ -93,6 +94,9 @@ class Checkpoint:
         self.lock_path = self.store.lock_path
         self.damaged: dict[str, str] = {}  # bookkeeping file -> why, found by the last reads
         self.unmarked = False  # `_SUCCESS` is removed (see `drop_success`) and not written since
+        # with [output].format = "delta", the table the data files are in: a file leaves it
+        # before it is deleted or moved (`remove`, `move`)
+        self.table: Table | None = None
 
     def prepare(self) -> None:
         """Create the bookkeeping folders a run writes into."""
@@ -267,6 +271,8 @@ class Checkpoint:
         """Delete a file batchscore wrote, `_SUCCESS` first (`drop_success`); a missing one is
         fine, a failure a `WriteError` naming the file. ``fault``: the tests' fault point."""
         self.drop_success()
+        if self.table is not None:
+            self.table.retire_files([rel])
         try:
             faults.hit(fault)
             self.store.delete(rel)
@@ -277,6 +283,8 @@ class Checkpoint:
         """Move a file batchscore wrote to ``to`` (`Store.move`), `_SUCCESS` first; a failure
         is a `WriteError` naming the file."""
         self.drop_success()
+        if self.table is not None:
+            self.table.retire_files([rel])
         try:
             self.store.move(rel, to)
         except OSError as exc:

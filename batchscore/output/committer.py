@@ -26,10 +26,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from batchscore import faults
 from batchscore.errors import InputDataError
 from batchscore.job.sections import OutputConfig
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.delta import fit
 from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Pending
 from batchscore.output.settled import Decision
@@ -80,6 +82,8 @@ class Committer:
         on_commit: Callable[[Chunk, dict[str, Any]], None] = lambda chunk, record: None,
     ) -> None:
         """``on_commit`` is told of each chunk once its commit record is written."""
+        if ckpt.table is not None:  # Delta has no fixed-size lists, no unsigned integers
+            schema = fit(schema)
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
         self.claim, self.decision, self.metadata = claim, decision, metadata
         self.bad_by_shard, self.total_rows = todo.bad_by_shard, todo.total_rows
@@ -162,6 +166,10 @@ class Committer:
         for staged in group:
             staged.writer.publish(durable=False)
         self.ckpt.barrier("")  # every rename above made durable by one folder sync
+        if self.ckpt.table is not None:  # the group's rows join the Delta table, in one commit
+            files = [(s.chunk.key, s.facts) for s in group]
+            self.ckpt.table.append(files, schema=self.schema, metadata=self.metadata)
+            faults.hit("after-table-commit")
         bad = {}
         for staged in group:
             bad[staged.chunk.key] = sum(t.num_rows for t in staged.rejected)

@@ -41,6 +41,18 @@ def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, 
     }
 
 
+def lineage(job: Job) -> dict[str, str]:
+    """What a Delta commit's info says of the job before a model is loaded (a retirement's);
+    an append adds its data files' `file_metadata`."""
+    return {
+        "batchscore.version": __version__,
+        "batchscore.job": job.name,
+        "batchscore.task": job.model.task,
+        "batchscore.model": str(job.model.name or job.model.path),
+        PRECISION: job.model.precision,
+    }
+
+
 PRECISION = "batchscore.precision"
 RANGES = "batchscore.embed.ranges"
 

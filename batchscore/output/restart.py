@@ -108,6 +108,8 @@ def carry_out(ckpt: Checkpoint, plan: dict[str, Any]) -> None:
         ckpt.remove(rel)
     ckpt.barrier(DONE)
     faults.hit("restart-unrecorded")
+    if ckpt.table is not None:  # every chunk leaves the Delta table in one transaction
+        ckpt.table.retire_files(plan["files"])
     for rel in plan["files"]:
         ckpt.remove(rel, fault="restart-remove")
     ckpt.damaged.clear()
