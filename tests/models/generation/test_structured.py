@@ -94,8 +94,15 @@ def test_any_choices_any_seed_the_row_writes_one_of_them(gpt2_path, prompts, cho
     assert columns["generated"].to_pylist() == columns["parsed"].to_pylist()
 
 
-def test_json_schema_values_parse_validate_and_fill_a_struct(gpt2_path, prompts):
-    task = make_task(gpt2_path, json_schema=SCHEMA, max_new_tokens=120, do_sample=True)
+@settings(
+    max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(seed=st.integers(0, 2**16), temperature=st.sampled_from([0.7, 1.0, 3.0]))
+def test_json_schema_values_parse_validate_and_fill_a_struct(gpt2_path, prompts, seed, temperature):
+    """Hypothesis: whatever row streams a random model samples, every value is complete,
+    parses, validates against the schema and fills the struct column as it reads."""
+    options = {"do_sample": True, "seed": seed, "temperature": temperature}
+    task = make_task(gpt2_path, json_schema=SCHEMA, max_new_tokens=120, **options)
     columns = values(task, prompts)
     assert columns["error"].null_count == len(prompts)  # every value complete
     for text, value in zip(
