@@ -12,13 +12,16 @@ import json
 import re
 
 import jsonschema
+import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchscore.errors import OutputConflictError
 from batchscore.job.parse import load_job
+from batchscore.models.generation.constraint import unpack_device, unpack_host
 from batchscore.models.generation.structure import Structure, arrow_type
 from batchscore.recipes.driver import run_job
 from tests.commands import invoke
@@ -209,6 +212,25 @@ def test_the_schema_decides_the_output_and_its_absence_changes_nothing(tmp_path,
     run_job(job)
     with pytest.raises(OutputConflictError):
         run_job(load_job(path, ["generate.max_new_tokens=3", "generate.choices=['a', 'c']"]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    words=st.lists(st.integers(-(2**31), 2**31 - 1), min_size=2, max_size=2 * 4).filter(
+        lambda w: len(w) % 2 == 0
+    ),
+    width=st.integers(1, 64),
+)
+def test_a_packed_mask_unpacks_alike_on_host_and_device(words, width):
+    """Hypothesis: bit j of word i allows token 32 i + j, by numpy on the host and by torch's
+    shifts (a GPU's path, run here on the CPU), cut to the logits' width."""
+    bitmask = torch.tensor(words, dtype=torch.int32).reshape(-1, 2)
+    expected = np.array(
+        [[(w >> j) & 1 for w in row for j in range(32)][:width] for row in bitmask.tolist()],
+        dtype=bool,
+    )
+    assert np.array_equal(unpack_host(bitmask, width), expected)
+    assert np.array_equal(unpack_device(bitmask, width).numpy(), expected)
 
 
 @pytest.mark.parametrize(
