@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from batchscore.errors import ModelError
 from batchscore.models.generation.structure import engine
 
 BITS = torch.arange(32, dtype=torch.int32)
@@ -33,7 +34,12 @@ class Constraint:
         from llguidance.hf import from_tokenizer
 
         named = sorted(eos) or None  # none named: the tokenizer's own
-        self.tokenizer = from_tokenizer(tokenizer, n_vocab=vocab, eos_token=named)
+        try:
+            self.tokenizer = from_tokenizer(tokenizer, n_vocab=vocab, eos_token=named)
+        except (ValueError, TypeError) as exc:  # a vocabulary it cannot spell (WordPiece)
+            raise ModelError(
+                f"[generate]: structured generation cannot read this model's tokenizer: {exc}"
+            ) from exc
         self.grammar = grammar
         self.vocab = vocab
         self.words = (vocab + 31) // 32

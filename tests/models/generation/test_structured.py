@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import jsonschema
 import numpy as np
@@ -19,7 +20,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from batchscore.errors import OutputConflictError
+from batchscore.errors import ModelError, OutputConflictError
 from batchscore.job.parse import load_job
 from batchscore.models.generation.constraint import unpack_device, unpack_host
 from batchscore.models.generation.structure import Structure, arrow_type
@@ -212,6 +213,17 @@ def test_the_schema_decides_the_output_and_its_absence_changes_nothing(tmp_path,
     run_job(job)
     with pytest.raises(OutputConflictError):
         run_job(load_job(path, ["generate.max_new_tokens=3", "generate.choices=['a', 'c']"]))
+
+
+def test_a_tokenizer_the_engine_cannot_read_is_a_model_error(tmp_path, gpt2_path, minilm_path):
+    """A decoder with a WordPiece vocabulary (MiniLM's here): refused at load naming the key,
+    not a traceback."""
+    folder = tmp_path / "wordpiece-decoder"
+    shutil.copytree(gpt2_path, folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(minilm_path / name, folder / name)
+    with pytest.raises(ModelError, match=r"\[generate\]: .*cannot read this model's tokenizer"):
+        make_task(folder, choices=LABELS)
 
 
 @settings(max_examples=25, deadline=None)
