@@ -318,7 +318,8 @@ class GenerateTask(Adapter):
 
     def parsed(self, tokens: list[np.ndarray], texts: list[str]) -> dict[str, pa.Array]:
         """The `parsed` column, and an `error` for each row whose tokens ended before its value
-        did (max_new_tokens, or a stop string): never a value cut short written as if whole."""
+        did (max_new_tokens, or a stop string): never a value cut short written as if whole;
+        and for a value that does not fit its column (`Structure.parse`)."""
         constraint, eos = self.generator.constraint, self.generator.eos
         whole = [constraint.complete(t, eos) for t in tokens]
         errors = [
@@ -329,7 +330,10 @@ class GenerateTask(Adapter):
             for ok, t in zip(whole, tokens, strict=True)
         ]
         values = [text if ok else None for ok, text in zip(whole, texts, strict=True)]
-        return {"parsed": self.structure.parse(values), COLUMN: pa.array(errors, pa.string())}
+        parsed, failed = self.structure.parse(values)
+        for row, message in failed.items():
+            errors[row] = message
+        return {"parsed": parsed, COLUMN: pa.array(errors, pa.string())}
 
     def agreement(self, reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
         return agreement.texts(reference, candidate, self.column, gate)

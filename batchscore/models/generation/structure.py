@@ -78,15 +78,34 @@ class Structure:
             return pa.string()
         return arrow_type(self.value) or pa.string()
 
-    def parse(self, texts: list[str | None]) -> pa.Array:
-        """Each complete value (None where a row has none) as the `parsed` column holds it."""
+    def parse(self, texts: list[str | None]) -> tuple[pa.Array, dict[int, str]]:
+        """Each complete value (None where a row has none) as the `parsed` column holds it, and
+        why each row whose text is no such value is not: text that is not JSON after decoding,
+        or a value outside its Arrow type (an integer past int64: a schema without bounds lets
+        a model write one). Never an exception for the window: a row's problem is its own."""
         kind = self.arrow_type()
         if self.key != "json_schema":
-            return pa.array(texts, pa.string())
-        values = [None if t is None else json.loads(t) for t in texts]
-        if kind == pa.string():
-            return pa.array([None if v is None else json.dumps(v) for v in values], pa.string())
-        return pa.array(values, kind)
+            return pa.array(texts, pa.string()), {}
+        values: list[Any] = []
+        failed: dict[int, str] = {}
+        for row, text in enumerate(texts):
+            try:
+                value = None if text is None else json.loads(text)
+            except ValueError as exc:
+                failed[row] = f"{KEY}.json_schema: the value is not JSON once decoded: {exc}"
+                value = None
+            values.append(json.dumps(value) if kind == pa.string() and value is not None else value)
+        try:
+            return pa.array(values, kind), failed
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            pass  # some row's value does not fit: find it, keep the others
+        for row, value in enumerate(values):
+            try:
+                pa.array([value], kind)
+            except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+                failed[row] = f"{KEY}.json_schema: the value does not fit {kind}: {exc}"
+                values[row] = None
+        return pa.array(values, kind), failed
 
 
 SCALARS = {
