@@ -34,6 +34,7 @@ from batchscore.job.sections import (
     SummarizeConfig,
     TensorConfig,
 )
+from batchscore.job.structured import read_schema
 from batchscore.job.where import where_problem
 
 RAY_MAX_TOKENS = 16384  # a Ray job's budget when it names none (see job_from_dict)
@@ -139,6 +140,9 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     task_name = model.task if model else tables.get("model", {}).get("task")
     known_task = isinstance(task_name, str) and task_name in TASK_SECTIONS
     task = section(task_name) if known_task else None
+    if isinstance(task, GenerateConfig) and isinstance(task.json_schema, str):
+        where = f"{source}: [{task_name}].json_schema"
+        task = replace(task, json_schema=read_schema(base, task.json_schema, where, problems))
     ray = section("ray")
 
     if inp:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from batchscore.job.ranges import Ranges, unusable
+from batchscore.job.structured import STRUCTURE_KEYS, structure_problems
 from batchscore.job.where import RowFilter
 
 Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
@@ -235,6 +236,8 @@ class GenerateConfig:
     ``chat`` wraps each row's prompt as the user turn of the model's chat template (after a
     ``system`` message, if given); ``stop`` ends a row at the first of these strings (not
     written); ``repetition_penalty`` is transformers' (1: off; None: the model's own, if any).
+    ``json_schema`` (a table, or a JSON file's path), ``choices`` or ``regex`` constrain what a
+    row may generate (one of them; docs/structured.md).
     """
 
     # what the task asks of the other sections (class attributes, not job keys; job.load checks)
@@ -262,11 +265,24 @@ class GenerateConfig:
         default=None,
         metadata={"min": 1 / MAX_REPETITION_PENALTY, "max": MAX_REPETITION_PENALTY, **WHEN_SET},
     )
+    # structured generation: a file's path is read by job.parse, which puts the schema here
+    json_schema: dict[str, Any] | str | None = field(default=None, metadata=WHEN_SET)
+    choices: tuple[str, ...] | None = field(default=None, metadata=WHEN_SET)
+    regex: str | None = field(default=None, metadata=WHEN_SET)
+
+    @property
+    def structure(self) -> tuple[str, Any] | None:
+        """The structure key that is set and its value (``problems`` allows one at most)."""
+        for key in STRUCTURE_KEYS:
+            if getattr(self, key) is not None:
+                return key, getattr(self, key)
+        return None
 
     def problems(self) -> list[str]:
         """What is wrong with these keys together (each message starts with its key): bounds
-        the schema cannot state, on the stop strings' count and length."""
-        found = []
+        the schema cannot state, on the stop strings' count and length, and the structure keys
+        (whether the grammar itself is satisfiable is the model's check: it needs the engine)."""
+        found = structure_problems(self)
         if self.system is not None and not self.chat:
             found.append("system: a system message is a turn of the chat template; set chat = true")
         if self.messages and not self.chat:

@@ -44,7 +44,10 @@ class Task(Encoding, Protocol):
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> Any: ...
 
-    def finish(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]: ...
+    def finish(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]:
+        """The output columns, one value per encoded row; an ``error`` column among them (a
+        string, null where the row scored) makes those rows row errors (`work/row_errors.py`)."""
+        ...
 
     def usage(self, encoded: Encoded, results: Any) -> dict[str, pa.Array]:
         """The usage columns `count_usage` added, one value per encoded row ({} without)."""

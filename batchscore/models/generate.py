@@ -6,7 +6,9 @@ the architecture needs so padding cannot change a row's output: an encoder reads
 rows under its attention mask, a decoder-only model continues left-padded rows (positions come
 from the mask), and each row's new tokens end at its first EOS or stop string. `transformers`'
 ``generate`` does the decoding, with its KV cache. With `[generate].chat` each row's prompt is
-the user turn of the model's chat template (`batchscore.models.generation.chat`).
+the user turn of the model's chat template (`batchscore.models.generation.chat`). With
+`[generate].json_schema`, `choices` or `regex` each row's tokens follow a grammar
+(`generation/constraint.py`) and its value is written parsed, in `parsed`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, fields
 from batchscore.models.generation.architecture import generative_kind, read_config
 from batchscore.models.generation.chat import Chat, has_chat_template, no_template
+from batchscore.models.generation.constraint import Constraint, Masking
 from batchscore.models.generation.decode import (
     Decoding,
     Picker,
@@ -37,10 +40,12 @@ from batchscore.models.generation.decode import (
 from batchscore.models.generation.schedule import Limits, Prefixes, Schedule
 from batchscore.models.generation.seats import Forward, plain_cache
 from batchscore.models.generation.stops import Stops
+from batchscore.models.generation.structure import Structure
 from batchscore.models.source.locate import load_pretrained
 from batchscore.models.text.inputs import Prompt
 from batchscore.models.text.text import TextEncoder
 from batchscore.runtime.executor import Executor
+from batchscore.work.row_errors import COLUMN
 from batchscore.work.units import Encoded
 
 
@@ -83,7 +88,13 @@ class Generator:
     """A loaded generative model that turns prompt id batches into new token ids."""
 
     def __init__(
-        self, prompts: PromptEncoding, *, model: ModelConfig, executor: Executor, decoding: Decoding
+        self,
+        prompts: PromptEncoding,
+        *,
+        model: ModelConfig,
+        executor: Executor,
+        decoding: Decoding,
+        structure: Structure | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
@@ -115,6 +126,13 @@ class Generator:
             not self.seq2seq and loop_decodes_alike(self.config) and plain_cache(self.model)
         )
         self.picker = Picker(decoding, self.config.repetition_penalty)
+        self.constraint = None
+        if structure is not None:
+            head = module.get_output_embeddings()
+            vocab = head.weight.shape[0] if head is not None else module.config.vocab_size
+            self.constraint = Constraint(
+                structure.grammar(), self.encoder.hf, vocab=vocab, eos=self.eos
+            )
         self.prefixes = Prefixes()  # the shared prompt start's cache, kept across windows
 
     def stream(
@@ -130,6 +148,7 @@ class Generator:
             limits=limits,
             prefixes=self.prefixes if reuse_prefix else None,
             cut=self.encoder.max_length,
+            constraint=self.constraint,
         )
 
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
@@ -139,6 +158,8 @@ class Generator:
 
         input_ids, mask = self.encoder.collate(ids, left=not self.seq2seq)
         processors = LogitsProcessorList()
+        if self.constraint is not None:  # before the sampler: it draws from what is allowed
+            processors.append(Masking(self.constraint, len(ids)))
         if self.decoding.do_sample:
             processors.append(RowSampler(self.decoding, ids))
         criteria = StoppingCriteriaList()
@@ -201,7 +222,8 @@ class Generator:
 
 
 class GenerateTask(Adapter):
-    """generate: `generated` (string), `prompt_tokens`, `generated_tokens`, `finish_reason`."""
+    """generate: `generated` (string), `prompt_tokens`, `generated_tokens`, `finish_reason`,
+    and under structured generation `parsed` (the value; `Structure.arrow_type`)."""
 
     encoding_type = PromptEncoding  # the weight-free part (`models.tasks.encoding` builds it)
     column = "generated"
@@ -213,7 +235,8 @@ class GenerateTask(Adapter):
 
     @classmethod
     def output_names(cls, options: object) -> tuple[str, ...]:
-        return (cls.column, "prompt_tokens", "generated_tokens", "finish_reason")
+        parsed = ("parsed",) if Structure.of(options) is not None else ()
+        return (cls.column, *parsed, "prompt_tokens", "generated_tokens", "finish_reason")
 
     @classmethod
     def generates(cls, model: ModelConfig, path: Path) -> bool:
@@ -221,10 +244,14 @@ class GenerateTask(Adapter):
 
     @classmethod
     def check_files(cls, path: Path, options: Any, *, allow_pickle: bool) -> None:
-        """The model's files, and its chat template when the job asks for one."""
+        """The model's files, its chat template when the job asks for one, and the grammar of
+        structured generation (a `JobError` for a schema or regex it cannot satisfy)."""
         super().check_files(path, options, allow_pickle=allow_pickle)
         if getattr(options, "chat", False) and not has_chat_template(path):
             raise no_template(path)
+        structure = Structure.of(options)
+        if structure is not None:
+            structure.grammar()
 
     def __init__(
         self,
@@ -236,11 +263,17 @@ class GenerateTask(Adapter):
         executor: Executor,
     ) -> None:
         self.set_up(path, model=model, options=options, inp=inp)
+        self.structure = Structure.of(options)
         self.generator = Generator(
-            self.encoding, model=model, executor=executor, decoding=Decoding.of(options)
+            self.encoding,
+            model=model,
+            executor=executor,
+            decoding=Decoding.of(options),
+            structure=self.structure,
         )
         types = {
             self.column: pa.string(),
+            "parsed": self.structure.arrow_type() if self.structure else pa.string(),
             "prompt_tokens": pa.int32(),
             "generated_tokens": pa.int32(),
             "finish_reason": pa.string(),
@@ -274,14 +307,35 @@ class GenerateTask(Adapter):
         tokens = [np.asarray(t, dtype=np.int64) for t in results]
         contexts = self.generator.contexts(encoded.ids)
         reasons = self.generator.finish_reasons(tokens, contexts)
-        return {
-            self.column: pa.array(
-                self.generator.written(tokens, contexts, reasons), type=pa.string()
-            ),
+        texts = self.generator.written(tokens, contexts, reasons)
+        columns = {
+            self.column: pa.array(texts, type=pa.string()),
             "prompt_tokens": pa.array(encoded.lengths, type=pa.int32()),
             "generated_tokens": pa.array([len(t) for t in tokens], type=pa.int32()),
             "finish_reason": pa.array(reasons, type=pa.string()),
         }
+        if self.structure is not None:
+            columns |= self.parsed(tokens, texts)
+        return columns
+
+    def parsed(self, tokens: list[np.ndarray], texts: list[str]) -> dict[str, pa.Array]:
+        """The `parsed` column, and an `error` for each row whose tokens ended before its value
+        did (max_new_tokens, or a stop string): never a value cut short written as if whole;
+        and for a value that does not fit its column (`Structure.parse`)."""
+        constraint, eos = self.generator.constraint, self.generator.eos
+        whole = [constraint.complete(t, eos) for t in tokens]
+        errors = [
+            None
+            if ok
+            else f"[generate].{self.structure.key}: the value was not complete after "
+            f"{len(t)} new tokens; raise [generate].max_new_tokens (or drop a stop string)"
+            for ok, t in zip(whole, tokens, strict=True)
+        ]
+        values = [text if ok else None for ok, text in zip(whole, texts, strict=True)]
+        parsed, failed = self.structure.parse(values)
+        for row, message in failed.items():
+            errors[row] = message
+        return {"parsed": parsed, COLUMN: pa.array(errors, pa.string())}
 
     def usage(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         """{}: `finish` counts them (`prompt_tokens`, `generated_tokens`)."""

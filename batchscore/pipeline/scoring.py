@@ -29,7 +29,7 @@ from batchscore.pipeline.stages import batches
 from batchscore.pipeline.static import Budget, Outcome, Ran, run_window
 from batchscore.runtime.device import is_out_of_memory
 from batchscore.runtime.executor import Executor
-from batchscore.work.row_errors import rejected
+from batchscore.work.row_errors import COLUMN, rejected
 from batchscore.work.units import Part, Scored, Window
 
 log = logging.getLogger("batchscore")
@@ -110,6 +110,10 @@ class Scorer:
         columns = {}
         if outcome.results is not None:  # the task's columns, then its usage if it counts
             columns = self.task.finish(encoded, outcome.results)
+            failed = columns.pop(COLUMN, None)  # rows the model ran whose result is no value
+            if failed is not None:
+                messages = failed.to_pylist()
+                errors |= {int(encoded.rows[i]): m for i, m in enumerate(messages) if m is not None}
             columns |= self.task.usage(encoded, outcome.results)
         table = assemble(
             window.table,

@@ -42,6 +42,9 @@ SET = {
         "system": "Be brief.",
         "stop": ("\n",),
         "repetition_penalty": 1.2,
+        "json_schema": {"type": "object", "properties": {"a": {"type": "string"}}},
+        "choices": ("yes", "no"),
+        "regex": "[0-9]+",
     },
 }
 

@@ -14,7 +14,8 @@ The start that the prompts share (a job's prompt template, a chat template's sys
 computed once (`Prefixes`) and each prefill reads its cache instead of computing it again.
 Tokens are chosen by `Picker` as `generate` chooses them (its repetition penalty included), and
 a row ends at EOS, at max_new_tokens or at a stop string (`Stops`, transformers' own matching),
-so a row's tokens are those it gets alone.
+so a row's tokens are those it gets alone. Under structured generation each row brings its own
+grammar matcher (`Constraint`), which masks that row's logits before its token is chosen.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from batchscore.models.generation.constraint import Constraint
 from batchscore.models.generation.decode import Picker
 from batchscore.models.generation.seats import Forward, Prefix, Seats
 from batchscore.models.generation.stops import Stops
@@ -82,6 +84,7 @@ class Row:
     stream: Any
     context: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    matcher: Any = None  # its grammar's matcher, under structured generation
 
 
 Joined = tuple[Seats, list[Row]]  # newly prefilled rows still generating, and their seats
@@ -115,9 +118,10 @@ class Schedule:
         limits: Limits,
         prefixes: Prefixes | None,
         cut: int,
+        constraint: Constraint | None = None,
     ) -> None:
         self.forward, self.prompts, self.picker, self.limits = forward, prompts, picker, limits
-        self.prefixes, self.cut = prefixes, cut
+        self.prefixes, self.cut, self.constraint = prefixes, cut, constraint
         self.sizes = [len(p) + limits.max_new_tokens for p in prompts]
         self.prefills: list[np.ndarray] = []
         self.reused = 0
@@ -204,6 +208,7 @@ class Schedule:
                 self.sizes[i],
                 self.picker.stream(self.prompts[i]),
                 self.prompts[i][-stops.window :].tolist() if stops else [],
+                matcher=self.constraint.matcher() if self.constraint else None,
             )
             for i in group
         ]
@@ -218,8 +223,14 @@ class Schedule:
         self, rows: list[Row], logits: torch.Tensor, seen: torch.Tensor | None
     ) -> Finishing[list[int]]:
         """Give each row its next token (``seen``: the tokens each holds, for the repetition
-        penalty); yields the rows that are done, returns the others' positions in ``rows``."""
+        penalty); yields the rows that are done, returns the others' positions in ``rows``.
+        Under a grammar, each row's own matcher masks its logits first and follows its token."""
+        matchers = [row.matcher for row in rows] if self.constraint is not None else None
+        if matchers is not None:  # host work from tokens already here: overlaps a GPU forward
+            logits = self.constraint.mask(logits, matchers)
         picked = self.picker(logits, [row.stream for row in rows], seen).tolist()
+        if matchers is not None:
+            Constraint.feed(matchers, picked)
         for row, token in zip(rows, picked, strict=True):
             row.tokens.append(token)
         stops = self.limits.stops
