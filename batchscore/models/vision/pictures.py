@@ -77,11 +77,11 @@ def encoded(value: Any, folder: str | None) -> bytes:
     """A row's encoded image: its bytes, or those of the file it names."""
     if isinstance(value, dict):  # a datasets Image: bytes when embedded, else its path
         value = value.get("bytes") or value.get("path")
-    if isinstance(value, bytes):
-        return value
     if isinstance(value, str) and value.strip():
         return read_bytes(value, folder)
-    raise ValueError("no image (null or empty)")
+    if not value:
+        raise ValueError("no image (null or empty)")
+    return value
 
 
 def open_image(data: bytes) -> Any:
@@ -105,7 +105,10 @@ def open_image(data: bytes) -> Any:
         raise ValueError(f"refused as a decompression bomb: {exc}") from None
     except UnidentifiedImageError:
         raise ValueError("not an image Pillow can read") from None
-    except (OSError, SyntaxError, EOFError) as exc:  # truncated or corrupt data
+    except ValueError:
+        raise
+    except Exception as exc:  # untrusted bytes: Pillow's decoders raise OSError
+        # for truncated data, and struct.error, IndexError or others for malformed headers
         raise ValueError(f"cannot decode the image: {exc}") from None
 
 
@@ -119,15 +122,23 @@ class Pictures:
         """Pixels of every row that reads, [rows, 3, H, W] float32; those rows; the others'
         errors (window row -> reason, naming the column)."""
         values, folders = image_values(table, column)
-        images, rows, errors = [], [], {}
+        pixels, rows, errors = [], [], {}
         for row, (value, folder) in enumerate(zip(values, folders, strict=True)):
             try:
-                images.append(open_image(encoded(value, folder)))
+                pixels.append(self.one(open_image(encoded(value, folder))))
             except (ValueError, OSError, Refused) as exc:
                 errors[row] = f"column {column!r}: {exc}"
                 continue
             rows.append(row)
-        if not images:
+        if not pixels:
             return np.zeros((0, 3, 1, 1), np.float32), np.zeros(0, np.int64), errors
-        out = self.processor(images=images, return_tensors="np")["pixel_values"]
-        return np.asarray(out, dtype=np.float32), np.asarray(rows, np.int64), errors
+        return np.stack(pixels), np.asarray(rows, np.int64), errors
+
+    def one(self, image: Any) -> np.ndarray:
+        """One image's pixels [3, H, W] float32, as the processor makes them: one at a time,
+        so an image it cannot take (an odd shape) is that row's error alone."""
+        try:
+            out = self.processor(images=[image], return_tensors="np")["pixel_values"]
+        except Exception as exc:  # whatever the processor meets in one image
+            raise ValueError(f"the image processor cannot take the image: {exc}") from None
+        return np.asarray(out[0], dtype=np.float32)
