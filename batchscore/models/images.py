@@ -14,6 +14,7 @@ images as they bound one of texts. The model's folder is found by its config
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,9 @@ class TowersEncoding:
         pixels, rows, errors = self.pictures.pixels(table, self.image)
         lengths = np.full(len(rows), self.towers.patches, dtype=np.int64)
         owners = np.arange(len(rows), dtype=np.int64)
-        return Encoded(lengths, owners, rows, errors, extra={"pixels": pixels})
+        # repeats are scored once, and the quality gate's rows not again, by their pixels
+        keys = [hashlib.blake2b(p.tobytes(), digest_size=16).digest() for p in pixels]
+        return Encoded(lengths, owners, rows, errors, extra={"pixels": pixels, "keys": keys})
 
 
 class TowersTask(Adapter):

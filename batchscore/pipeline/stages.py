@@ -26,7 +26,7 @@ from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
 from batchscore.work.columns import gather
-from batchscore.work.folders import FOLDER, with_folder
+from batchscore.work.folders import FOLDER, image_layout, with_folder
 from batchscore.work.shards import check_columns, open_shard
 from batchscore.work.units import Chunk, Encoded, Part, Rows, Shard, Window, chunks_of, failed
 
@@ -263,6 +263,10 @@ def first_rows(
     for chunk in chunks_of(shard, footer.metadata.num_rows, max(rows, 1)):
         for window in read_rows(chunk, columns, rows, row_filter):
             table = with_folder(window.table, shard.path, kinds)
+            for name in (c for c, kind in kinds.items() if kind == "image"):  # one layout
+                table = table.set_column(
+                    table.schema.get_field_index(name), name, image_layout(table.column(name))
+                )
             wanted = [c for c in (*kinds, FOLDER) if c in table.column_names]
             taken.append(first_distinct(table.select(wanted), rows - count, seen))
             count += taken[-1].num_rows

@@ -13,8 +13,10 @@ import os.path
 import posixpath
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from batchscore.storage.fs import is_url
+from batchscore.work.shards import is_text
 
 FOLDER = "_batchscore_folder"  # an input column name no dataset uses: the leading underscore
 
@@ -30,3 +32,30 @@ def with_folder(table: pa.Table, shard_path: str, kinds: dict[str, str]) -> pa.T
         return table
     folder = pa.array([shard_folder(shard_path)] * table.num_rows, pa.string())
     return table.append_column(FOLDER, folder)
+
+
+IMAGE = pa.struct([("bytes", pa.binary()), ("path", pa.string())])  # datasets' Image layout
+
+
+def image_layout(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An image column as Hugging Face datasets lays one out, a struct of ``bytes`` and ``path``
+    (one of them set per row), whether it holds bytes, paths or such structs: so rows of shards
+    that hold images differently join in one table (the quality gate's sample) and a path stays
+    a path, where Arrow's own joining would cast paths to bytes."""
+    kind = column.type
+    if kind == IMAGE:
+        return column
+    if pa.types.is_struct(kind):
+        names = [kind.field(i).name for i in range(kind.num_fields)]
+        parts = [
+            column.combine_chunks().field(name).cast(IMAGE.field(name).type)
+            if name in names
+            else pa.nulls(len(column), IMAGE.field(name).type)
+            for name in ("bytes", "path")
+        ]
+    elif pa.types.is_null(kind) or is_text(kind):
+        parts = [pa.nulls(len(column), pa.binary()), column.combine_chunks().cast(pa.string())]
+    else:
+        parts = [column.combine_chunks().cast(pa.binary()), pa.nulls(len(column), pa.string())]
+    mask = pc.and_(pc.is_null(parts[0]), pc.is_null(parts[1]))
+    return pa.chunked_array([pa.StructArray.from_arrays(parts, fields=list(IMAGE), mask=mask)])

@@ -347,3 +347,25 @@ def test_any_bytes_are_pixels_or_a_row_error(clip_pictures, values):
     assert pixels.shape[0] == len(rows) and (not len(rows) or pixels.shape[1:] == (3, 32, 32))
     assert np.isfinite(pixels).all()
     assert all(message.startswith("column 'image': ") for message in errors.values())
+
+
+def test_the_gate_samples_bytes_and_paths_alike(tmp_path: Path, clip_pictures, pictures: Path):
+    """The quality gate's sample joins a shard of bytes and a shard of relative paths without
+    turning the paths into bytes (Arrow's own join would), and its results are taken, by their
+    pixels, instead of scoring the same images again."""
+    from batchscore.job.sections import InputConfig
+    from batchscore.pipeline.stages import sample_rows
+    from batchscore.work.shards import find_shards
+
+    inp = InputConfig(path=(str(pictures / "*.parquet"),), image="image")
+    sample = sample_rows(inp, {"image": "image"}, find_shards(inp), 24)
+    assert sample.num_rows == 24
+    _, rows, errors = clip_pictures.pixels(sample, "image")
+    assert not errors and len(rows) == 24
+
+
+def test_repeats_and_the_gates_rows_are_scored_once(tmp_path: Path, clip_path, pictures: Path):
+    job = embed_job(tmp_path, clip_path, pictures, model={"precision": "auto"})
+    result = invoke("run", str(job), "--progress", "off")
+    assert result.exit_code == 0, result.stderr
+    assert "24 inputs scored by its pass, not again" in result.output
