@@ -20,12 +20,28 @@ def features(output: Any) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output.pooler_output
 
 
+# each tower's modules in transformers' CLIPModel and SiglipModel (SigLIP has no projections)
+TOWER_PARTS = {
+    "image": ("vision_model", "visual_projection"),
+    "text": ("text_model", "text_projection"),
+}
+
+
+def drop(model: nn.Module, tower: str) -> nn.Module:
+    """``model`` without ``tower``'s modules, which the other tower's features never call: its
+    weights leave memory, and int8 does not calibrate layers that never run."""
+    for name in TOWER_PARTS[tower]:
+        if isinstance(getattr(model, name, None), nn.Module):
+            setattr(model, name, nn.Identity())
+    return model
+
+
 class ImageTower(nn.Module):
     """Pixels in, ``get_image_features`` out."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model = model
+        self.model = drop(model, "text")
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         dtype = next(self.model.parameters()).dtype  # the executor's cast, once at load
@@ -37,7 +53,7 @@ class TextTower(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.model = model
+        self.model = drop(model, "image")
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         out = self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask)
