@@ -219,7 +219,7 @@ def test_bad_images_are_row_errors_with_reasons(tmp_path: Path, clip_path: Path)
         zip(out.column("image_id").to_pylist(), out.column("error").to_pylist(), strict=True)
     )
     assert errors[0] is None and errors[7] is None
-    assert "not an image Pillow can read" in errors[1]
+    assert "not an image in a format read here (PNG, JPEG" in errors[1]
     assert "cannot decode the image" in errors[2] and "truncated" in errors[2]
     assert "decompression bomb" in errors[3]
     assert "10000x10000 pixels" in errors[4] and "decompression bomb" in errors[4]
@@ -251,7 +251,9 @@ def test_a_bad_image_fails_its_shard_alone_by_default(tmp_path: Path, clip_path:
     data, _ = bad_shard(tmp_path / "in")
     result = invoke("run", str(embed_job(tmp_path, clip_path, data)), "--progress", "off")
     assert result.exit_code not in (0, 1), result.stderr
-    assert "part-0.parquet" in result.stderr and "not an image Pillow can read" in result.stderr
+    assert (
+        "part-0.parquet" in result.stderr and "not an image in a format read here" in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -369,3 +371,24 @@ def test_repeats_and_the_gates_rows_are_scored_once(tmp_path: Path, clip_path, p
     result = invoke("run", str(job), "--progress", "off")
     assert result.exit_code == 0, result.stderr
     assert "24 inputs scored by its pass, not again" in result.output
+
+
+def test_files_named_by_rows(tmp_path: Path, clip_pictures):
+    """A link to a picture is read (a dataset's pictures may be links into a cache); a FIFO is
+    a row error, not a reader hung on it; EPS is never opened (Pillow would run Ghostscript on
+    it)."""
+    import os
+
+    good = picture("disc", "blue", np.random.default_rng(9))
+    (tmp_path / "real.png").write_bytes(good)
+    (tmp_path / "link.png").symlink_to(tmp_path / "real.png")
+    os.mkfifo(tmp_path / "pipe.png")
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nshowpage\n"
+    table = pa.table({"image": pa.array(["link.png", "pipe.png", "real.png"])})
+    table = table.append_column("_batchscore_folder", pa.array([str(tmp_path)] * 3))
+    _, rows, errors = clip_pictures.pixels(table, "image")
+    assert rows.tolist() == [0, 2] and "not a regular file" in errors[1]
+    _, rows, errors = clip_pictures.pixels(
+        pa.table({"image": pa.array([eps], pa.binary())}), "image"
+    )
+    assert not len(rows) and "not an image in a format read here" in errors[0]

@@ -26,6 +26,9 @@ from batchscore.storage.fs import filesystem, is_url, local_path
 from batchscore.work.folders import FOLDER
 
 MAX_IMAGE_BYTES = 256 << 20  # one encoded image file read, at most
+# The raster formats image datasets hold, the only ones opened: Pillow would otherwise also
+# try EPS (which runs Ghostscript on untrusted bytes), WMF, scientific formats and more.
+FORMATS = ("PNG", "JPEG", "MPO", "WEBP", "GIF", "BMP", "DIB", "TIFF", "PPM", "TGA", "ICO", "AVIF")
 # decoded pixels (float32) one window holds: the window's rows are cut to fit it
 WINDOW_PIXEL_BYTES = 256 << 20
 
@@ -66,7 +69,9 @@ def read_bytes(name: str, folder: str | None) -> bytes:
         if len(data) > MAX_IMAGE_BYTES:
             raise ValueError(f"{name}: more than the {MAX_IMAGE_BYTES:,} bytes read")
         return data
-    path = local_path(name)
+    # links followed (a dataset's pictures may be links into a cache), then only a regular
+    # file read, to a cap: a FIFO or a device named by a row would hang the reader
+    path = Path(os.path.realpath(local_path(name)))
     data = read_shared(path, MAX_IMAGE_BYTES)
     if data is None:
         raise FileNotFoundError(f"{path}: no such file")
@@ -84,6 +89,14 @@ def encoded(value: Any, folder: str | None) -> bytes:
     return value
 
 
+def known_formats() -> tuple[str, ...]:
+    """`FORMATS` this Pillow can open (AVIF needs a Pillow built with it)."""
+    from PIL import Image
+
+    Image.init()
+    return tuple(f for f in FORMATS if f in Image.OPEN)
+
+
 def open_image(data: bytes) -> Any:
     """The decoded RGB image, or ValueError with the reason it cannot be."""
     from PIL import Image, UnidentifiedImageError
@@ -92,7 +105,7 @@ def open_image(data: bytes) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below
-            image = Image.open(io.BytesIO(data))
+            image = Image.open(io.BytesIO(data), formats=known_formats())
             width, height = image.size
             if limit and width * height > limit:
                 raise ValueError(
@@ -104,7 +117,8 @@ def open_image(data: bytes) -> Any:
     except Image.DecompressionBombError as exc:
         raise ValueError(f"refused as a decompression bomb: {exc}") from None
     except UnidentifiedImageError:
-        raise ValueError("not an image Pillow can read") from None
+        formats = ", ".join(known_formats())
+        raise ValueError(f"not an image in a format read here ({formats})") from None
     except ValueError:
         raise
     except Exception as exc:  # untrusted bytes: Pillow's decoders raise OSError
