@@ -61,7 +61,11 @@ def check_options(towers: Towers, options: EmbedConfig) -> None:
 
 
 class TowersEncoding:
-    """Rows to units for one tower: a row's image as pixels, or its text as token ids."""
+    """Rows to units for one tower: a row's image as pixels, or its text as token ids.
+
+    An image unit's length (``Encoded.lengths``) is the positions its tower reads,
+    `Towers.patches`: the tokens the model saw for that row, what a per-row usage count
+    writes for an image, as a text's is its token ids' length."""
 
     def __init__(
         self, path: Path, *, model: ModelConfig, options: EmbedConfig, inp: InputConfig

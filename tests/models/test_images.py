@@ -392,3 +392,28 @@ def test_files_named_by_rows(tmp_path: Path, clip_pictures):
         pa.table({"image": pa.array([eps], pa.binary())}), "image"
     )
     assert not len(rows) and "not an image in a format read here" in errors[0]
+
+
+def test_pictures_in_an_object_store(bucket: str, tmp_path: Path, clip_path: Path):
+    """A shard in S3 naming its pictures by relative path, and one by full URI: each read from
+    the store, beside the shard, and equal to the model's own vectors."""
+    import pyarrow.fs as pafs
+
+    good = picture("disc", "green", np.random.default_rng(11))
+    (tmp_path / "pic.png").write_bytes(good)
+    pafs.copy_files(str(tmp_path / "pic.png"), f"{bucket}/in/pics/pic.png")
+    values = ["pics/pic.png", f"{bucket}/in/pics/pic.png", "pics/gone.png"]
+    pq.write_table(pa.table({"image_id": [0, 1, 2], "image": values}), tmp_path / "s.parquet")
+    pafs.copy_files(str(tmp_path / "s.parquet"), f"{bucket}/in/s.parquet")
+    job = write_job(
+        tmp_path / "job.toml",
+        input={"path": f"{bucket}/in/s.parquet", "image": "image", "id": "image_id"},
+        model={"task": "embed", "path": str(clip_path)},
+        output={"path": str(tmp_path / "out"), "on_error": "skip", "max_bad_share": 1.0},
+    )
+    run_job(load_job(job))
+    out = read_output(tmp_path / "out")
+    errors = out.column("error").to_pylist()
+    assert errors[:2] == [None, None] and "gone.png" in errors[2]
+    got = np.array(out.column("embedding").to_pylist()[:2], np.float32)
+    assert cosines(got, np.repeat(reference(clip_path, [good]), 2, 0)).min() >= 0.9999
