@@ -82,6 +82,11 @@ class TowersEncoding:
             self.max_window_rows = max(1, WINDOW_PIXEL_BYTES // (3 * size * size * 4))
         else:
             positions = self.towers.text_positions
+            if model.max_length and model.max_length > positions:
+                raise ModelError(
+                    f"[model].max_length: {model.max_length} is more than the "
+                    f"{positions} positions of {path}'s text tower; lower it or leave it out"
+                )
             self.text = TextEncoder(
                 self.towers.folder, model.max_length or positions, model.trust_remote_code
             )

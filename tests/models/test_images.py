@@ -301,6 +301,9 @@ def test_job_errors(tmp_path: Path, clip_path: Path, pictures: Path, minilm_path
     job = embed_job(tmp_path, clip_path, pictures, embed={"truncate_dim": 8})
     result = invoke("validate", str(job))
     assert result.exit_code == 2 and "[embed].truncate_dim: not for CLIP models" in result.stderr
+    job = embed_job(tmp_path, clip_path, pictures, input={"image": None, "text": "caption"})
+    result = invoke("validate", str(job), "--set", "model.max_length=100")
+    assert result.exit_code != 0 and "more than the 77 positions" in result.stderr
     with pytest.raises(JobError, match="long_text"):
         load_job(embed_job(tmp_path, clip_path, pictures, model={"long_text": "chunk"}))
 
