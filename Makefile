@@ -8,12 +8,14 @@ TORCH_CPU ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 SETUP := $(VENV)/.setup-done
 DATA := data/docs/.built
-# The small models (and data) that jobs/tabular.toml, classify.toml and generate.toml run with,
-# trained here in seconds; each script's docstring says what its model is and is not.
+# The small models (and data) that jobs/tabular.toml, classify.toml, generate.toml and
+# embed_images.toml run with, trained (or, the tiny CLIP, built) here in seconds; each script's
+# docstring says what its model is and is not.
 TABULAR := data/tabular/.built
 CLASSIFIER := models/docstring-kind/.built
 TOY_GPT := models/toy-gpt2/.built
-EXAMPLES := $(TABULAR) $(CLASSIFIER) $(TOY_GPT)
+TINY_CLIP := models/tiny-clip/.built
+EXAMPLES := $(TABULAR) $(CLASSIFIER) $(TOY_GPT) $(TINY_CLIP)
 # Debian's Chromium and its driver, for the report page's browser test (tests/test_report_browser.py)
 BROWSER := /usr/bin/chromedriver
 
@@ -55,6 +57,10 @@ $(CLASSIFIER): scripts/classify_example.py $(DATA)
 
 $(TOY_GPT): scripts/generate_example.py $(DATA)
 	$(BIN)/python scripts/generate_example.py data/docs models/toy-gpt2
+	touch $@
+
+$(TINY_CLIP): scripts/images_example.py $(SETUP)
+	$(BIN)/python scripts/images_example.py data/images models/tiny-clip
 	touch $@
 
 # `make score JOB=jobs/embed.toml ARGS="--metrics-file out/embed.prom"` for any job

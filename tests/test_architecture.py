@@ -61,6 +61,7 @@ INNER_RANKS = {
     "models.generation": 3,  # decoding, stop strings, chat templates, continuous batching
     "models.numeric": 3,  # the tensor task's feature columns, model files and factories
     "models.stack": 3,  # the sentence-transformers stack: read, one module, its text and weights
+    "models.vision": 3,  # two towers (CLIP, SigLIP): which folder, images as pixels, weights
     "models.text": 1,  # the tokenizer, its template, windows, sentences, a task's text inputs
     "models.source": 1,  # where a model is (locate, hub), its folder checked and loaded
 }

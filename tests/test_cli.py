@@ -106,6 +106,7 @@ def examples(tmp_path_factory: pytest.TempPathFactory, small_corpus) -> Path:
     trained only briefly: validation needs the files, not good models."""
     import classify_example
     import generate_example
+    import images_example
     import tabular_example
 
     root = tmp_path_factory.mktemp("examples")
@@ -114,6 +115,8 @@ def examples(tmp_path_factory: pytest.TempPathFactory, small_corpus) -> Path:
                           epochs=2)  # fmt: skip
     classify_example.build(small_corpus, models / "docstring-kind", per_kind=4)
     generate_example.build(small_corpus, models / "toy-gpt2", steps=1)
+    images_example.images(root / "data" / "images", rows=4)
+    images_example.tiny_clip(models / "tiny-clip")
     return root
 
 

@@ -217,6 +217,13 @@ def task_problems(
     if inp.text_pair is not None and not section.reads_pairs:
         pairs = " and ".join(t for t, s in TASK_SECTIONS.items() if s.reads_pairs)
         problems.append(f"[input].text_pair: task {model.task} reads one text; {pairs} reads pairs")
+    if inp.image is not None and model.task != "embed":
+        problems.append(
+            f"[input].image: task embed reads images (with a CLIP or SigLIP model); task "
+            f"{model.task} reads text"
+        )
+    elif inp.image is not None and model.long_text == "chunk":
+        problems.append('[model].long_text: "chunk" windows texts; [input].image reads images')
     if model.long_text == "chunk" and not section.windows:
         windowed = ", ".join(t for t, s in TASK_SECTIONS.items() if s.windows)
         problems.append(

@@ -61,6 +61,9 @@ class InputConfig:
     keep: tuple[str, ...] = ()
     where: str | None = None  # a SQL predicate over input columns; rows it rejects are skipped
     text_pair: str | None = None  # classify: a second text column, read with `text` as a pair
+    # embed with a CLIP or SigLIP model: a column of images (encoded bytes, or paths / URIs
+    # relative to the shard's folder) embedded by the image tower instead of `text`
+    image: str | None = None
 
     @property
     def carried(self) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig, Quali
 from batchscore.models import agreement
 from batchscore.models.agreement import Agreement, Columns
 from batchscore.models.base import Adapter, Task, fields, vectors_to_arrow
+from batchscore.models.images import TowersTask, towers_of
 from batchscore.models.sparse import SparseVectors
 from batchscore.models.stack.embedder import Embedder, check_stack_files
 from batchscore.models.stack.stack import Stack, stack_parts
@@ -41,6 +42,7 @@ from batchscore.models.vector_codes import (
     to_codes,
     unmeasurable,
 )
+from batchscore.models.vision.family import find_towers
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 
@@ -99,6 +101,8 @@ class EmbedEncoding:
     def __init__(
         self, path: Path, *, model: ModelConfig, options: EmbedConfig, inp: InputConfig
     ) -> None:
+        if inp.image is not None:
+            towers_of(path)  # a CLIP or SigLIP model reads images (`models.tasks.adapter`)
         self.text = StackText(path, model, prompt_name=options.prompt_name)
         self.inputs = (inp.text,)
 
@@ -157,7 +161,7 @@ class EmbedTask(Adapter):
 
     @staticmethod
     def input_kinds(inp: InputConfig, options: object) -> dict[str, str]:
-        return {inp.text: "text"}
+        return TowersTask.input_kinds(inp, options)  # images only with [input].image
 
     @classmethod
     def output_names(cls, options: object) -> tuple[str, ...]:
@@ -165,7 +169,11 @@ class EmbedTask(Adapter):
 
     @classmethod
     def check_files(cls, path: Path, options: EmbedConfig, *, allow_pickle: bool) -> None:
-        """The stack's files, and the `[embed]` keys against the model."""
+        """The stack's files, and the `[embed]` keys against the model (a CLIP or SigLIP
+        model's, `TowersTask`'s)."""
+        if find_towers(path) is not None:
+            TowersTask.check_files(path, options, allow_pickle=allow_pickle)
+            return
         stack = check_stack_files(path, prompt_name=options.prompt_name, allow_pickle=allow_pickle)
         if stack is not None:
             check_embed_options(stack, options)
@@ -174,6 +182,8 @@ class EmbedTask(Adapter):
     def fingerprint_parts(
         cls, model: ModelConfig, path: Path, options: EmbedConfig
     ) -> dict[str, str]:
+        if find_towers(path) is not None:
+            return TowersTask.fingerprint_parts(model, path, options)
         return stack_parts(path, prompt_name=options.prompt_name, normalize=options.normalize)
 
     def __init__(

@@ -23,8 +23,10 @@ from batchscore.models.classify import ClassifyTask
 from batchscore.models.embed import EmbedTask
 from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask
 from batchscore.models.generation.architecture import is_generative
+from batchscore.models.images import TowersTask
 from batchscore.models.summarize import SummarizeTask
 from batchscore.models.tensor import TensorTask
+from batchscore.models.vision.family import find_towers
 from batchscore.runtime.executor import Executor
 from batchscore.work.row_errors import error_fields
 
@@ -78,7 +80,10 @@ def generates(model: ModelConfig, path: Path) -> bool:
 
 
 def adapter(path: Path, *, model: ModelConfig, options: Any) -> type:
-    """The table's adapter for the job's task; summarize's is chosen by the model's config."""
+    """The table's adapter for the job's task; summarize's is chosen by the model's config,
+    and so is embed's for a CLIP or SigLIP model (its towers, `TowersTask`)."""
+    if model.task == "embed" and find_towers(path) is not None:
+        return TowersTask
     if model.task == "summarize":
         if is_generative(path, model.trust_remote_code):
             if model.long_text == "chunk":

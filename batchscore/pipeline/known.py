@@ -21,7 +21,11 @@ from batchscore.work.units import Encoded
 
 def unit_keys(encoded: Encoded) -> list[bytes] | None:
     """Each unit's input to the model: its token ids, and a text pair's segments (a pair split
-    elsewhere is another input). None for units without token ids (rows of a tensor)."""
+    elsewhere is another input), or the keys its encoding made of inputs that are not tokens
+    (``extra["keys"]``: an image's pixels' digest). None for units without either (rows of a
+    tensor)."""
+    if "keys" in encoded.extra:
+        return encoded.extra["keys"]
     if encoded.ids is None:
         return None
     keys = [ids.tobytes() for ids in encoded.ids]

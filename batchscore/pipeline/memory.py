@@ -17,7 +17,7 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.scoring import Scorer
-from batchscore.pipeline.stages import encode_window
+from batchscore.pipeline.stages import encode_window, window_rows
 from batchscore.runtime.executor import Executor
 from batchscore.work.row_errors import error_fields
 from batchscore.work.units import Chunk, Rows, Scored, Shard, Window
@@ -37,7 +37,7 @@ def memory_windows(
     """The table as one chunk's windows of `[batching].window_rows` rows, encoded and cut;
     units whose result is ``known`` are not batched."""
     chunk = Chunk(MEMORY_SHARD, 0, 0, table.num_rows, 1)
-    step = batching.window_rows
+    step = window_rows(task, batching)
     for start in range(0, table.num_rows, step):
         rows = Rows(table.slice(start, step), offset=start, read=min(step, table.num_rows - start))
         yield encode_window(chunk, rows, task, batching, on_error, known)

@@ -26,6 +26,7 @@ from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
 from batchscore.work.columns import gather
+from batchscore.work.folders import FOLDER, image_layout, with_folder
 from batchscore.work.shards import check_columns, open_shard
 from batchscore.work.units import Chunk, Encoded, Part, Rows, Shard, Window, chunks_of, failed
 
@@ -88,7 +89,7 @@ def windows(
     no more of its rows.
     """
     row_filter = inp.row_filter
-    columns, size = input_columns(inp, kinds), batching.window_rows
+    columns, size = input_columns(inp, kinds), window_rows(task, batching)
     gone: set[int] = set()  # shards that failed
 
     def window(parts: list[Part]) -> Iterator[Window]:
@@ -101,6 +102,7 @@ def windows(
             continue
         try:
             for rows in read_rows(chunk, columns, size, row_filter):
+                rows.table = with_folder(rows.table, chunk.shard.path, kinds)
                 if parts and rows.table.schema != parts[-1].rows.table.schema:
                     yield from window(parts)  # one window, one schema
                     parts, read = [], 0
@@ -115,6 +117,13 @@ def windows(
             gone.add(chunk.shard.index)
             yield failed(chunk, exc)
     yield from window(parts)
+
+
+def window_rows(task: Encoding, batching: BatchingConfig) -> int:
+    """`[batching].window_rows`, or fewer where the encoding holds more than token ids per
+    row: decoded images say how many of them fit their memory budget (``max_window_rows``)."""
+    cap = getattr(task, "max_window_rows", None)
+    return min(batching.window_rows, cap) if cap else batching.window_rows
 
 
 def combine(
@@ -253,7 +262,13 @@ def first_rows(
     taken, count = [], 0
     for chunk in chunks_of(shard, footer.metadata.num_rows, max(rows, 1)):
         for window in read_rows(chunk, columns, rows, row_filter):
-            taken.append(first_distinct(window.table.select(list(kinds)), rows - count, seen))
+            table = with_folder(window.table, shard.path, kinds)
+            for name in (c for c, kind in kinds.items() if kind == "image"):  # one layout
+                table = table.set_column(
+                    table.schema.get_field_index(name), name, image_layout(table.column(name))
+                )
+            wanted = [c for c in (*kinds, FOLDER) if c in table.column_names]
+            taken.append(first_distinct(table.select(wanted), rows - count, seen))
             count += taken[-1].num_rows
             if count >= rows:
                 return pa.concat_tables(taken)

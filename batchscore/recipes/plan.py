@@ -31,6 +31,7 @@ from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens
 from batchscore.pipeline.stages import input_columns, windows
 from batchscore.work.columns import gather
+from batchscore.work.folders import with_folder
 from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import Chunk, Shard, Window
 
@@ -184,6 +185,7 @@ def count(
             continue
         try:
             for rows in read_rows(chunk, columns, job.batching.window_rows, row_filter):
+                rows.table = with_folder(rows.table, chunk.shard.path, kinds)
                 counts.rows += rows.table.num_rows
                 counts.filtered += rows.read - rows.table.num_rows
                 kept = np.flatnonzero(pick.random(rows.table.num_rows) < timing)

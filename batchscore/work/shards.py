@@ -186,8 +186,8 @@ def check_columns(
     once, or is of the wrong kind.
 
     ``needed`` columns (carried ones, those `where` reads) may hold anything; ``kinds`` maps
-    each column a task reads to "text" (a string column, any layout) or "numeric" (numbers, or
-    a list of numbers).
+    each column a task reads to "text" (a string column, any layout), "numeric" (numbers, or
+    a list of numbers) or "image" (`is_image`).
     """
     wanted = list(dict.fromkeys([*needed, *kinds]))
     missing = [c for c in wanted if c not in schema.names]
@@ -233,7 +233,19 @@ def is_text_or_nulls(kind: pa.DataType) -> bool:
     return is_text(kind) or pa.types.is_null(kind)
 
 
+def is_image(kind: pa.DataType) -> bool:
+    """Images: encoded bytes, paths or URIs as text, or a Hugging Face datasets ``Image``
+    column (a struct of ``bytes`` and ``path``); nulls only are each a row error."""
+    types = pa.types
+    if types.is_struct(kind):
+        names = {kind.field(i).name for i in range(kind.num_fields)}
+        return "bytes" in names or "path" in names
+    binary = types.is_binary(kind) or types.is_large_binary(kind) or types.is_binary_view(kind)
+    return binary or is_text_or_nulls(kind)
+
+
 KINDS = {
     "text": (is_text_or_nulls, "a string column"),
+    "image": (is_image, "encoded image bytes, or image paths or URIs as strings"),
     "numeric": (is_numeric, "numbers or a list of numbers"),
 }
