@@ -13,7 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from batchscore.errors import JobError
 from batchscore.job.sections import MAX_NEW_TOKENS, MAX_STOP_CHARS
+from batchscore.job.structured import from_response_format
+from batchscore.models.generation.structure import Structure
 
 EMBEDDINGS = "/v1/embeddings"
 CHAT = "/v1/chat/completions"
@@ -52,6 +55,7 @@ class Decoding:
     temperature: float  # 0: greedy
     top_p: float
     seed: int
+    schema: str | None = None  # response_format's JSON Schema (its JSON text): the answer's shape
 
 
 @dataclass(frozen=True)
@@ -148,8 +152,7 @@ def embeddings(number: int, custom_id: str, body: dict[str, Any]) -> Embeddings:
 
 def chat(number: int, custom_id: str, body: dict[str, Any]) -> ChatRequest:
     messages = [message(m, i) for i, m in enumerate(listed(body.get("messages"), "messages"))]
-    if problem := response_format_problem(body.get("response_format")):
-        raise Bad(problem, "unsupported_response_format")
+    schema = response_schema(body.get("response_format"))
     if body.get("n", 1) != 1:
         raise Bad(f"body.n: one choice per request is served, got {body.get('n')!r}")
     most = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -166,21 +169,27 @@ def chat(number: int, custom_id: str, body: dict[str, Any]) -> ChatRequest:
     seed = body.get("seed", 0)
     if not is_int(seed) or seed < 0:
         raise Bad(f"body.seed: expected a non-negative integer, got {seed!r}")
-    decoding = Decoding(most, tuple(stops), float(temperature), float(top_p), seed)
+    decoding = Decoding(most, tuple(stops), float(temperature), float(top_p), seed, schema)
     return ChatRequest(number, custom_id, json.dumps(messages), decoding)
 
 
-def response_format_problem(response_format: Any) -> str | None:
-    """Why a ``response_format`` cannot be served, or None: "text" (or none) only, until
-    structured generation lands (then this one function maps json_schema to it)."""
-    if response_format is None:
+def response_schema(response_format: Any) -> str | None:
+    """The JSON Schema a ``response_format`` holds the answer to (its JSON text, so requests
+    with equal schemas share a job), or None for plain text. The schema is checked as
+    `validate` checks `[generate].json_schema` (no model needed): one the grammar engine cannot
+    satisfy is this request's error, never the others'."""
+    try:
+        keys = from_response_format(response_format)
+    except JobError as exc:
+        raise Bad(f"body.{exc}", "invalid_response_format") from None
+    if not keys:
         return None
-    kind = response_format.get("type") if isinstance(response_format, dict) else None
-    if kind == "text":
-        return None
-    if kind in ("json_schema", "json_object"):
-        return f"response_format {kind} needs structured generation"
-    return f"body.response_format: unknown type {kind!r}"
+    try:
+        Structure("json_schema", keys["json_schema"]).grammar()
+    except JobError as exc:  # "[generate].json_schema: why", said of the request's own field
+        why = str(exc).partition(": ")[2]
+        raise Bad(f"body.response_format.json_schema: {why}", "invalid_response_format") from None
+    return json.dumps(keys["json_schema"], sort_keys=True)
 
 
 def listed(value: Any, name: str) -> list[Any]:

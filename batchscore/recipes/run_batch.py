@@ -160,7 +160,8 @@ def decoding_key(decoding: Decoding) -> str:
 
 def generate_keys(decoding: Decoding) -> dict[str, Any]:
     """``[generate]`` for one decoding: the conversation through the chat template, greedy at
-    temperature 0 and seeded sampling above it."""
+    temperature 0 and seeded sampling above it, and the answer held to a response_format's
+    schema."""
     keys: dict[str, Any] = {"chat": True, "messages": True}
     if decoding.max_new_tokens is not None:
         keys["max_new_tokens"] = decoding.max_new_tokens
@@ -169,6 +170,8 @@ def generate_keys(decoding: Decoding) -> dict[str, Any]:
     if decoding.temperature > 0:
         keys.update(do_sample=True, temperature=decoding.temperature, seed=decoding.seed)
         keys["top_p"] = decoding.top_p
+    if decoding.schema is not None:  # response_format json_schema: held to it while decoding
+        keys["json_schema"] = json.loads(decoding.schema)
     return keys
 
 

@@ -13,7 +13,6 @@ from batchscore.recipes.batch_requests import (
     Embeddings,
     Refused,
     read_requests,
-    response_format_problem,
 )
 
 MODELS = {"m"}
@@ -84,9 +83,21 @@ def test_the_documented_shapes_are_served():
             line(
                 url="/v1/chat/completions",
                 messages=[{"role": "user", "content": "x"}],
-                response_format={"type": "json_schema", "json_schema": {"schema": {}}},
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"schema": {"type": "integer", "minimum": 5, "maximum": 3}},
+                },
             ),
-            "unsupported_response_format",
+            "invalid_response_format",
+            "r1",
+        ),
+        (
+            line(
+                url="/v1/chat/completions",
+                messages=[{"role": "user", "content": "x"}],
+                response_format={"type": "grammar"},
+            ),
+            "invalid_response_format",
             "r1",
         ),
     ],
@@ -105,13 +116,38 @@ def test_a_repeated_custom_id_is_refused_after_its_first_line():
     assert "line 1" in again.message
 
 
-def test_response_format_is_decided_in_one_place():
-    """Until structured generation lands: text is served, json_schema says what it needs."""
-    assert response_format_problem(None) is None
-    assert response_format_problem({"type": "text"}) is None
-    assert response_format_problem({"type": "json_schema"}) == (
-        "response_format json_schema needs structured generation"
+def test_a_response_format_becomes_the_decodings_schema():
+    """json_schema and json_object hold the answer to a schema (requests with equal schemas
+    share a decoding, so a job); text or none leaves it free; an unsatisfiable schema is said
+    in the request's own terms."""
+    user = [{"role": "user", "content": "x"}]
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    given = [
+        {"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": True}},
+        {"type": "json_schema", "json_schema": {"schema": dict(reversed(schema.items()))}},
+        {"type": "json_object"},
+        {"type": "text"},
+        None,
+    ]
+    raw = [
+        line(f"r{i}", "/v1/chat/completions", messages=user, response_format=f)
+        for i, f in enumerate(given)
+    ]
+    read = read_requests(raw, MODELS)
+    assert all(isinstance(r, ChatRequest) for r in read)
+    first, second, any_object, text, none = (r.decoding for r in read)
+    assert json.loads(first.schema) == schema and first == second
+    assert json.loads(any_object.schema) == {"type": "object"}
+    assert text.schema is None and none.schema is None and text == none
+    bad = {
+        "type": "json_schema",
+        "json_schema": {"schema": {"type": "string", "minLength": 3, "maxLength": 1}},
+    }
+    (refused,) = read_requests(
+        [line("b", "/v1/chat/completions", messages=user, response_format=bad)], MODELS
     )
+    assert isinstance(refused, Refused) and refused.code == "invalid_response_format"
+    assert refused.message.startswith("body.response_format.json_schema: ")
 
 
 LINES = st.one_of(
