@@ -262,4 +262,5 @@ def usage(report: dict[str, Any]) -> list[str]:
     if not read and not wrote:
         return []
     made = f" + {wrote:,} generated = {read + wrote:,}" if wrote else ""
-    return [f"  usage: {read:,} prompt tokens{made} (counted by the model's tokenizer)"]
+    seen = "as the model read them: its tokenizer's count, an image's patches"
+    return [f"  usage: {read:,} prompt tokens{made} ({seen})"]

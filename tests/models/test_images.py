@@ -143,6 +143,22 @@ def test_image_vectors_are_the_models_own(which, request, tmp_path: Path, pictur
 
 
 @pytest.mark.parametrize("which", ["clip_path", "siglip_path"])
+def test_usage_counts_the_patches_the_model_saw(which, request, tmp_path: Path, pictures: Path):
+    """`[output].usage` for images: each row's count is the vision tower's positions (its
+    patches, and CLIP's class token), as the model's own embeddings layer holds them; the
+    run's total is their sum."""
+    from transformers import AutoModel
+
+    path = request.getfixturevalue(which)
+    job = embed_job(tmp_path, path, pictures, output={"usage": True})
+    report = run_job(load_job(job))
+    seen = AutoModel.from_pretrained(path).vision_model.embeddings.num_positions
+    counts = read_output(tmp_path / "out").column("prompt_tokens").to_pylist()
+    assert counts == [seen] * 24
+    assert report["prompt_tokens"] == 24 * seen
+
+
+@pytest.mark.parametrize("which", ["clip_path", "siglip_path"])
 def test_texts_through_the_text_tower(which, request, tmp_path: Path, pictures: Path):
     """The same model, a text column: get_text_features on its tokenizer's ids, padded as its
     processor pads them (SigLIP's to all its positions), so captions and pictures share one
