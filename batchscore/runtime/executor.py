@@ -6,6 +6,7 @@ loop only moves inputs to the device and times the model, so "model busy" is mea
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -147,8 +148,10 @@ class Executor:
         return tensor
 
     def release_memory(self) -> None:
-        """Return cached blocks to the device after an out-of-memory, before trying smaller."""
+        """Return cached blocks to the device: after an out-of-memory, before trying smaller;
+        after a model is let go (`measure.gate.Trial.unload`), before the next one runs."""
         if self.device.type == "cuda":
+            gc.collect()  # a model let go may still be held through a reference cycle
             torch.cuda.empty_cache()
 
     def run(self, fn: Callable[[], T]) -> T:
