@@ -42,6 +42,7 @@ from batchscore.models.vector_codes import (
     unmeasurable,
 )
 from batchscore.runtime.executor import Executor
+from batchscore.runtime.transfer import Pending
 from batchscore.work.units import Encoded
 
 # The float vectors, beside the column of codes, in what `finish` returns (no output column
@@ -132,6 +133,9 @@ class DenseVectors:
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
         return self.embedder.forward(ids)
 
+    def launch(self, ids: list[np.ndarray]) -> Pending:
+        return self.embedder.launch(ids)
+
     def columns(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         """The texts' vectors: float32, or their codes with the float ones beside them."""
         vectors = self.embedder.combine(results, encoded.owners, len(encoded.rows), encoded.lengths)
@@ -211,6 +215,10 @@ class EmbedTask(Adapter):
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.vectors.forward([encoded.ids[i] for i in batch])
+
+    def launch(self, encoded: Encoded, batch: np.ndarray) -> Pending:
+        """As `forward`, the results still on their way to the host (`pipeline.static`)."""
+        return self.vectors.launch([encoded.ids[i] for i in batch])
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         return self.vectors.columns(encoded, results)

@@ -27,6 +27,7 @@ from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import batches
 from batchscore.runtime.device import is_out_of_memory
 from batchscore.runtime.executor import Executor
+from batchscore.runtime.transfer import Pending, Ready
 from batchscore.work.units import Encoded, Window
 
 log = logging.getLogger("batchscore")
@@ -146,12 +147,25 @@ def run_window(
         ran.outputs.append(window.known_results)
         ran.failed.update(dict.fromkeys(non_finite(window.known_results, known), NON_FINITE))
         progress.advance(rows_per_unit * len(known), int(encoded.lengths[known].sum()))
+    launch = launcher(task)  # chosen once: the loop never asks what device it runs on
+    in_flight: list[tuple[np.ndarray, Pending]] = []  # launched, results not yet taken
+
+    def land() -> None:
+        """Take the oldest launched batch's results (waiting for them only if not there)."""
+        batch, pending = in_flight.pop(0)
+        out = executor.wait(pending)
+        ran.failed.update(dict.fromkeys(non_finite(out, batch), NON_FINITE))
+        ran.outputs.append(out)
+        ran.done.append(batch)
+        progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
+        after_batch(ran)
+
     while queue:
         batch = queue.pop(0)
         padded = padded_tokens(sizes, [batch])
         try:
             faults.hit("model-batch", tokens=padded)
-            out = executor.run(lambda batch=batch: task.forward(encoded, batch))
+            pending = executor.launch(lambda batch=batch: launch(encoded, batch))
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
@@ -164,12 +178,23 @@ def run_window(
             budget.max_tokens = max(1, padded // 2)  # also for the rest of the shard
             queue = halved(encoded, batch, queue, budget.max_tokens, max_rows=max_rows)
             continue
-        ran.failed.update(dict.fromkeys(non_finite(out, batch), NON_FINITE))
-        ran.outputs.append(out)
-        ran.done.append(batch)
-        progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
-        after_batch(ran)
+        # The batch before this one is taken only now that this one is launched: on a GPU its
+        # copy back and this one's copy in and kernels overlap; on the CPU both are done.
+        in_flight.append((batch, pending))
+        while in_flight and (len(in_flight) > 1 or in_flight[0][1].done()):
+            land()
+    while in_flight:
+        land()
     return ran.outcome()
+
+
+def launcher(task: Task) -> Callable[[Encoded, np.ndarray], Pending]:
+    """How the loop starts a batch: the task's own `launch` where its results can come back
+    while the next batch runs (embed's vectors), else its `forward`, whose are there at once."""
+    launch = getattr(task, "launch", None)
+    if launch is not None:
+        return launch
+    return lambda encoded, batch: Ready(task.forward(encoded, batch))
 
 
 def halved(
