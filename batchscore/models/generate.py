@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from batchscore.errors import ModelError
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, QualityConfig
@@ -113,7 +114,8 @@ class Generator:
         self.continuous = (
             not self.seq2seq and loop_decodes_alike(self.config) and plain_cache(self.model)
         )
-        self.picker = Picker(decoding, self.config.repetition_penalty)
+        fp16 = executor.dtype == torch.float16  # its logits can overflow: guarded (`finite`)
+        self.picker = Picker(decoding, self.config.repetition_penalty, guard=fp16)
         self.prefixes = Prefixes()  # the shared prompt start's cache, kept across windows
 
     def stream(
