@@ -27,6 +27,7 @@ from batchscore.models.generation.architecture import generative_kind, read_conf
 from batchscore.models.generation.chat import Chat, has_chat_template, no_template
 from batchscore.models.generation.decode import (
     Decoding,
+    Finite,
     Picker,
     RowSampler,
     eos_ids,
@@ -139,7 +140,7 @@ class Generator:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         input_ids, mask = self.encoder.collate(ids, left=not self.seq2seq)
-        processors = LogitsProcessorList()
+        processors = LogitsProcessorList([Finite()] if self.picker.guard else [])
         if self.decoding.do_sample:
             processors.append(RowSampler(self.decoding, ids))
         criteria = StoppingCriteriaList()

@@ -173,6 +173,14 @@ def draw(steps: Any, scores: torch.Tensor, streams: list[np.random.Generator]) -
     return torch.searchsorted(cdf, uniform, right=True).clamp(max=cdf.shape[1] - 1)
 
 
+class Finite:
+    """`finite` as a logits processor, for `generate`'s own loop (the static batches): first in
+    the list, so the sampler after it never sees a NaN."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return finite(scores)
+
+
 class RowSampler:
     """A logits processor that samples each row's next token from its own random stream.
 

@@ -309,3 +309,10 @@ def test_fp16_logits_that_overflow_still_give_every_row_its_token():
     streams = [sampled.stream(np.array([i])) for i in range(3)]
     picked = sampled(logits, streams).tolist()
     assert picked[0] in (2, 3) and picked[1] in (1, 3) and picked[2] in (0, 2)
+    # the static batches' `generate` takes the same guard as its first logits processor
+    from transformers import LogitsProcessorList
+
+    from batchscore.models.generation.decode import Finite
+
+    scores = LogitsProcessorList([Finite()])(torch.zeros(3, 1, dtype=torch.long), logits)
+    assert scores.dtype == torch.float32 and scores.argmax(-1).tolist() == [2, 1, 2]
