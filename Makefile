@@ -105,7 +105,8 @@ $(PEERS)/%/.built: scripts/peers/%.txt
 bench-peers: setup $(PEER_ENVS)
 	$(BIN)/python scripts/bench_peers.py $(ARGS)
 
-# On a CUDA machine: the GPU tests, then every precision side by side (a few minutes)
+# On a CUDA machine: the GPU tests, then one table (<= 6 minutes on one GPU; BENCHMARKS.md "GPU").
+# `python scripts/bench_gpu.py --smoke` runs the same on a CPU in a minute or two.
 bench-gpu: setup
 	$(BIN)/python -m pytest -m gpu -q
 	$(BIN)/python scripts/bench_gpu.py

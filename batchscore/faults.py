@@ -33,6 +33,7 @@ POINTS = (
     "write-record",  # while writing a commit record
     "read-window",  # while reading input rows
     "model-batch",  # before each model call
+    "gate-batch",  # before each model call on the quality gate's sample (`static.run_sample`)
     "retire-move",  # after each file a retirement moves out of the data files (see output.retire)
     "restart-unrecorded",  # --restart: commit records removed, data files not yet
     "remove",  # before each file batchscore deletes (see output.checkpoint.Checkpoint.remove)

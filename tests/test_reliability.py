@@ -181,6 +181,19 @@ def test_out_of_memory_splits_batches_and_loses_nothing(job: Path, clean, caplog
     assert_complete_and_equal(job.parent / "out", clean)
 
 
+def test_out_of_memory_on_the_quality_gates_sample_splits_it_and_the_run_goes_on(
+    job: Path, clean, caplog
+):
+    """Simulated CUDA out-of-memory (no GPU here) in the gate's fp32 pass ("auto"), whose
+    batches are cut under the trial's own budget: halved as the run's are, never fatal. The
+    rows are too few for a faster precision to repay trying it, so the run adopts fp32's."""
+    with faults.armed("gate-batch:oom>300"):
+        report = run_job(load_job(job, ["model.precision=auto"]))
+    assert report["settled"]["precision"]["precision"] == "fp32"
+    assert "out of memory on" in caplog.text
+    assert_complete_and_equal(job.parent / "out", clean)
+
+
 def test_row_too_big_even_alone_is_a_row_error(job: Path):
     """Rows over 40 tokens 'cannot fit': with on_error = skip they are written with an error."""
     with faults.armed("model-batch:oom>40"):

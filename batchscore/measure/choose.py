@@ -91,6 +91,8 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
             f"{table.num_rows} rows: {best.agreement.describe()}. Use another precision, "
             "relax [quality], or pass --accept-quality to score anyway"
         )
+    if best is not reference:
+        reference.unload()  # its columns are all the record needs; its model would stay on
     agreement = best.agreement.metrics if best.agreement else None
     record = Chosen(
         best.precision,

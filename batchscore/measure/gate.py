@@ -18,6 +18,7 @@ from batchscore.models.base import Task
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import batches
+from batchscore.pipeline.static import run_sample
 from batchscore.runtime.executor import Executor
 
 
@@ -41,8 +42,13 @@ class Trial:
     tokens_per_row: float = 0.0  # the sample's padded tokens per row, as its batches were cut
 
     def unload(self) -> None:
-        """Let go of the model, and of the results only it may hand on (columns, timing stay)."""
+        """Let go of the model, and of the results only it may hand on (columns, timing stay),
+        and give its memory back to the device: on a GPU the caching allocator would otherwise
+        keep the fp32 reference's blocks reserved beside the model that scores the run."""
+        executor = self.executor
         self.task = self.executor = self.known = None
+        if executor is not None:
+            executor.release_memory()
 
     @property
     def rows_per_s(self) -> float:
@@ -90,11 +96,8 @@ def trial(
     encoded = task.encode(table)
     units = np.arange(len(encoded.lengths))
     cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=task.bucketing)
-    outputs, spent = [], []
-    for b in cut:
-        before = executor.busy_s
-        outputs.append(executor.run(lambda b=b: task.forward(encoded, b)))
-        spent.append(executor.busy_s - before)
+    ran = run_sample(encoded, cut, task=task, executor=executor, max_rows=job.batching.max_rows)
+    cut, outputs, spent = ran.batches, ran.outputs, ran.seconds  # as run, split where too big
     seconds = cold = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
     sizes = [padded_tokens(encoded.lengths + encoded.reserve, [b]) for b in cut]
     if timed:

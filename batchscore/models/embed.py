@@ -44,6 +44,7 @@ from batchscore.models.vector_codes import (
 )
 from batchscore.models.vision.family import find_towers
 from batchscore.runtime.executor import Executor
+from batchscore.runtime.transfer import Pending
 from batchscore.work.units import Encoded
 
 # The float vectors, beside the column of codes, in what `finish` returns (no output column
@@ -136,6 +137,9 @@ class DenseVectors:
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
         return self.embedder.forward(ids)
 
+    def launch(self, ids: list[np.ndarray]) -> Pending:
+        return self.embedder.launch(ids)
+
     def columns(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         """The texts' vectors: float32, or their codes with the float ones beside them."""
         vectors = self.embedder.combine(results, encoded.owners, len(encoded.rows), encoded.lengths)
@@ -221,6 +225,10 @@ class EmbedTask(Adapter):
 
     def forward(self, encoded: Encoded, batch: np.ndarray) -> np.ndarray:
         return self.vectors.forward([encoded.ids[i] for i in batch])
+
+    def launch(self, encoded: Encoded, batch: np.ndarray) -> Pending:
+        """As `forward`, the results still on their way to the host (`pipeline.static`)."""
+        return self.vectors.launch([encoded.ids[i] for i in batch])
 
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         return self.vectors.columns(encoded, results)

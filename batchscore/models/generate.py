@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from batchscore.errors import ModelError
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig, QualityConfig
@@ -29,6 +30,7 @@ from batchscore.models.generation.chat import Chat, has_chat_template, no_templa
 from batchscore.models.generation.constraint import Constraint, Masking
 from batchscore.models.generation.decode import (
     Decoding,
+    Finite,
     Picker,
     RowSampler,
     eos_ids,
@@ -125,7 +127,8 @@ class Generator:
         self.continuous = (
             not self.seq2seq and loop_decodes_alike(self.config) and plain_cache(self.model)
         )
-        self.picker = Picker(decoding, self.config.repetition_penalty)
+        fp16 = executor.dtype == torch.float16  # its logits can overflow: guarded (`finite`)
+        self.picker = Picker(decoding, self.config.repetition_penalty, guard=fp16)
         self.constraint = None
         if structure is not None:
             head = module.get_output_embeddings()
@@ -157,7 +160,7 @@ class Generator:
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         input_ids, mask = self.encoder.collate(ids, left=not self.seq2seq)
-        processors = LogitsProcessorList()
+        processors = LogitsProcessorList([Finite()] if self.picker.guard else [])
         if self.constraint is not None:  # before the sampler: it draws from what is allowed
             processors.append(Masking(self.constraint, len(ids)))
         if self.decoding.do_sample:

@@ -31,6 +31,7 @@ from batchscore.models.stack.stack_modules import Splade
 from batchscore.models.text.text import TextEncoder
 from batchscore.models.text.windows import reduce_by_owner
 from batchscore.runtime.executor import Executor
+from batchscore.runtime.transfer import Pending
 from batchscore.work.units import Encoded
 
 LOGIT_BYTES = 256 * 2**20  # float32 logits pooled at once: rows of a batch run in slices under it
@@ -93,9 +94,13 @@ class SparseVectors:
 
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
         """One batch of units: float32 [units, vocabulary] on the host."""
+        return self.launch(ids).result()  # a sync point on CUDA
+
+    def launch(self, ids: list[np.ndarray]) -> Pending:
+        """As `forward`, the weights still on their way to the host (`pipeline.static`)."""
         input_ids, mask = self.encoder.collate(ids)
         tensor = self.executor.tensor
-        return self.model(tensor(input_ids), tensor(mask)).cpu().numpy()  # a sync point on CUDA
+        return self.executor.host(self.model(tensor(input_ids), tensor(mask)))
 
     def columns(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         """Per text: its windows pooled as SPLADE pools tokens, its `top_k` largest weights."""

@@ -1,8 +1,9 @@
 """A window's static batches through the model, surviving out-of-memory (`run_window`).
 
-Out of memory is not fatal: the batch is re-planned under half the padded tokens it had, the
-smaller budget holds for the rest of the shard, and a single row that cannot fit even alone
-becomes that row's error. Rows are never dropped: every row leaves with an output or an error.
+Out of memory is not fatal, in any batch (the quality gate's sample too, `run_sample`): the
+batch is re-planned under half the padded tokens it had, the smaller budget holds for the rest
+of the shard, and a single row that cannot fit even alone becomes that row's error. Rows are
+never dropped: every row leaves with an output or an error.
 
 What the model has given so far is kept in a `Ran`, which can say at any point which units are
 done and put their results in unit order: the scorer uses that to hand the writer the parts of
@@ -19,13 +20,15 @@ from typing import Any
 import numpy as np
 
 from batchscore import faults
+from batchscore.errors import ModelError
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.stages import batches
 from batchscore.runtime.device import is_out_of_memory
 from batchscore.runtime.executor import Executor
-from batchscore.work.units import Window
+from batchscore.runtime.transfer import Pending, Ready
+from batchscore.work.units import Encoded, Window
 
 log = logging.getLogger("batchscore")
 NON_FINITE = "non-finite output (NaN or inf) from the model"
@@ -144,12 +147,25 @@ def run_window(
         ran.outputs.append(window.known_results)
         ran.failed.update(dict.fromkeys(non_finite(window.known_results, known), NON_FINITE))
         progress.advance(rows_per_unit * len(known), int(encoded.lengths[known].sum()))
+    launch = launcher(task)  # chosen once: the loop never asks what device it runs on
+    in_flight: list[tuple[np.ndarray, Pending]] = []  # launched, results not yet taken
+
+    def land() -> None:
+        """Take the oldest launched batch's results (waiting for them only if not there)."""
+        batch, pending = in_flight.pop(0)
+        out = executor.wait(pending)
+        ran.failed.update(dict.fromkeys(non_finite(out, batch), NON_FINITE))
+        ran.outputs.append(out)
+        ran.done.append(batch)
+        progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
+        after_batch(ran)
+
     while queue:
         batch = queue.pop(0)
         padded = padded_tokens(sizes, [batch])
         try:
             faults.hit("model-batch", tokens=padded)
-            out = executor.run(lambda batch=batch: task.forward(encoded, batch))
+            pending = executor.launch(lambda batch=batch: launch(encoded, batch))
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
@@ -159,27 +175,87 @@ def run_window(
                 ran.lost.append(int(batch[0]))
                 progress.advance(rows_per_unit, 0)
                 continue
-            # Halve this batch for sure (so the loop always ends), and re-cut what is still
-            # queued under the smaller budget, which also holds for the rest of the shard.
-            budget.max_tokens = max(1, padded // 2)
-            log.warning(
-                "out of memory on %d rows x %d tokens; budget now %d tokens",
-                len(batch),
-                padded // len(batch),
-                budget.max_tokens,
-            )
-            half = len(batch) // 2
-            if queue:
-                rest = np.concatenate(queue)
-                queue = batches(encoded, rest, budget.max_tokens, max_rows=max_rows, sort=True)
-            queue[:0] = [batch[:half], batch[half:]]
+            budget.max_tokens = max(1, padded // 2)  # also for the rest of the shard
+            queue = halved(encoded, batch, queue, budget.max_tokens, max_rows=max_rows)
             continue
-        ran.failed.update(dict.fromkeys(non_finite(out, batch), NON_FINITE))
-        ran.outputs.append(out)
-        ran.done.append(batch)
-        progress.advance(rows_per_unit * len(batch), int(encoded.lengths[batch].sum()))
-        after_batch(ran)
+        # The batch before this one is taken only now that this one is launched: on a GPU its
+        # copy back and this one's copy in and kernels overlap; on the CPU both are done.
+        in_flight.append((batch, pending))
+        while in_flight and (len(in_flight) > 1 or in_flight[0][1].done()):
+            land()
+    while in_flight:
+        land()
     return ran.outcome()
+
+
+def launcher(task: Task) -> Callable[[Encoded, np.ndarray], Pending]:
+    """How the loop starts a batch: the task's own `launch` where its results can come back
+    while the next batch runs (embed's vectors), else its `forward`, whose are there at once."""
+    launch = getattr(task, "launch", None)
+    if launch is not None:
+        return launch
+    return lambda encoded, batch: Ready(task.forward(encoded, batch))
+
+
+def halved(
+    encoded: Encoded, batch: np.ndarray, queue: list[np.ndarray], max_tokens: int, *, max_rows: int
+) -> list[np.ndarray]:
+    """What is left to run after ``batch`` ran out of memory: its two halves first (so the loop
+    always ends, however the budget falls), then what was queued, re-cut under ``max_tokens``."""
+    padded = padded_tokens(encoded.lengths + encoded.reserve, [batch])
+    log.warning(
+        "out of memory on %d rows x %d tokens; budget now %d tokens",
+        len(batch),
+        padded // len(batch),
+        max_tokens,
+    )
+    if queue:
+        queue = batches(encoded, np.concatenate(queue), max_tokens, max_rows=max_rows, sort=True)
+    half = len(batch) // 2
+    return [batch[:half], batch[half:], *queue]
+
+
+@dataclass
+class Sample:
+    """The quality gate's sample as the model ran it: the batches in the order they ran (after
+    any out-of-memory split), each one's results and model seconds."""
+
+    batches: list[np.ndarray] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+
+def run_sample(
+    encoded: Encoded, cut: list[np.ndarray], *, task: Task, executor: Executor, max_rows: int
+) -> Sample:
+    """The gate's sample (``cut``) through the model, out of memory handled as a run's batches
+    are (`run_window`): the batch halved, the rest re-cut under half its tokens. A sample row
+    that cannot fit even alone is the model's problem (exit 4): the gate cannot judge without
+    it, and the run's budget is the gate's."""
+    queue, sample = list(cut), Sample()
+    sizes = encoded.lengths + encoded.reserve
+    while queue:
+        batch = queue.pop(0)
+        padded = padded_tokens(sizes, [batch])
+        before = executor.busy_s
+        try:
+            faults.hit("gate-batch", tokens=padded)
+            out = executor.run(lambda batch=batch: task.forward(encoded, batch))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            executor.release_memory()
+            if len(batch) == 1:
+                raise ModelError(
+                    f"out of memory scoring one sample row of {padded} tokens for the quality "
+                    f"gate on {executor.device}: lower [model].max_length, or free the device"
+                ) from exc
+            queue = halved(encoded, batch, queue, max(1, padded // 2), max_rows=max_rows)
+            continue
+        sample.batches.append(batch)
+        sample.outputs.append(out)
+        sample.seconds.append(executor.busy_s - before)
+    return sample
 
 
 def non_finite(out: Any, batch: np.ndarray) -> list[int]:

@@ -41,8 +41,22 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
+# How running out of memory reads where torch raises a plain RuntimeError, not OutOfMemoryError:
+# the CPU allocator; a CUDA kernel launch or cudaMalloc outside the caching allocator (a
+# torch.compile'd kernel, a custom op); cuBLAS or cuDNN failing to allocate their workspace on
+# a full GPU (the first matmul after the cache filled up, say).
+OUT_OF_MEMORY = (
+    "can't allocate memory",
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+)
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA's OutOfMemoryError, or the CPU allocator giving up."""
+    """CUDA's OutOfMemoryError, or any of the other ways running out of memory is raised
+    (`OUT_OF_MEMORY`): each is a batch too large, to be halved, never a failed shard."""
     if isinstance(exc, torch.OutOfMemoryError):
         return True
-    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in OUT_OF_MEMORY)

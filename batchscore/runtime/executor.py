@@ -6,6 +6,7 @@ loop only moves inputs to the device and times the model, so "model busy" is mea
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from batchscore.runtime.bert import BertEncoder
 from batchscore.runtime.bert_openvino import openvino_bert
 from batchscore.runtime.device import resolve_device
 from batchscore.runtime.packing import pack_linears
+from batchscore.runtime.transfer import Pending, transfer_for
 from batchscore.threads import available_cores
 
 T = TypeVar("T")
@@ -45,6 +47,7 @@ class Executor:
         check_precision(model.precision, self.device)
         self.precision = model.precision
         self.dtype = precision(model.precision).dtype
+        self.transfer = transfer_for(self.device)  # how batches reach it and come back
         self.busy_s = 0.0
         self.prepared: list[torch.nn.Module] = []  # what int8 calibration will quantize
         self.quantization = ""  # what int8 did, for the run report
@@ -140,15 +143,32 @@ class Executor:
         return module
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A host array on the device; pinned on CUDA so the copy can overlap (non_blocking)."""
-        tensor = torch.from_numpy(array)
-        if self.device.type == "cuda":
-            return tensor.pin_memory().to(self.device, non_blocking=True)
-        return tensor
+        """A host array on the device, as the device's transfer moves it (on a GPU: staged in
+        a reused pinned buffer, copied on its own stream, `batchscore.runtime.transfer`)."""
+        return self.transfer.to_device(array)
+
+    def host(self, tensor: torch.Tensor) -> Pending:
+        """A model output on its way to the host; `wait` for it (on a GPU, after the next batch
+        was launched, so the copy back overlaps it)."""
+        return self.transfer.to_host(tensor)
+
+    def launch(self, fn: Callable[[], Pending]) -> Pending:
+        """Start a batch: as `run`, but ``fn`` returns its results still on their way (see
+        `host`); the time it takes to start is model time."""
+        return self.run(fn)
+
+    def wait(self, pending: Pending) -> np.ndarray:
+        """A launched batch's results on the host; the time waited is model time."""
+        start = time.perf_counter()
+        out = pending.result()
+        self.busy_s += time.perf_counter() - start
+        return out
 
     def release_memory(self) -> None:
-        """Return cached blocks to the device after an out-of-memory, before trying smaller."""
+        """Return cached blocks to the device: after an out-of-memory, before trying smaller;
+        after a model is let go (`measure.gate.Trial.unload`), before the next one runs."""
         if self.device.type == "cuda":
+            gc.collect()  # a model let go may still be held through a reference cycle
             torch.cuda.empty_cache()
 
     def run(self, fn: Callable[[], T]) -> T:

@@ -63,3 +63,31 @@ def test_every_task_declares_its_own_measure():
     """The gate asks the task; a task without a measure would pass the gate unchecked."""
     for task in [*TASKS.values(), AbstractiveSummarizeTask]:
         assert callable(getattr(task, "agreement", None)), task
+
+
+def test_a_model_let_go_gives_its_gpu_memory_back_once_nothing_holds_it(monkeypatch):
+    """The fp32 reference let go (`Trial.unload`) before the scoring model runs: its module is
+    gone (reference cycles collected) by the time the GPU's cache is emptied. CUDA is faked
+    (no GPU here): `empty_cache` records whether the module was still alive when called."""
+    import weakref
+
+    import torch
+
+    from batchscore.job.sections import ModelConfig
+    from batchscore.runtime.executor import Executor
+    from tests.machines import gpu
+
+    gpu(monkeypatch)
+    executor = Executor(ModelConfig(task="embed", precision="fp32", device="cpu", threads=1))
+    executor.device = torch.device("cuda")  # as a GPU run's executor holds it (faked)
+    module = torch.nn.Linear(4, 4)
+    module.me = [module]  # a cycle, as a model's hooks and closures make
+    alive_at_empty: list[bool] = []
+    held = weakref.ref(module)
+    monkeypatch.setattr(
+        torch.cuda, "empty_cache", lambda: alive_at_empty.append(held() is not None)
+    )
+    reference = Trial("fp32", {"embedding": pa.array([[1.0]])}, 0.1, 1, module, executor)
+    del module
+    reference.unload()
+    assert alive_at_empty == [False] and reference.task is None and reference.columns

@@ -173,6 +173,14 @@ def draw(steps: Any, scores: torch.Tensor, streams: list[np.random.Generator]) -
     return torch.searchsorted(cdf, uniform, right=True).clamp(max=cdf.shape[1] - 1)
 
 
+class Finite:
+    """`finite` as a logits processor, for `generate`'s own loop (the static batches): first in
+    the list, so the sampler after it never sees a NaN."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return finite(scores)
+
+
 class RowSampler:
     """A logits processor that samples each row's next token from its own random stream.
 
@@ -205,7 +213,12 @@ class Picker:
     the repetition ``penalty`` first (over the tokens each row has seen), then the argmax when
     greedy, else a draw from the row's own stream (`stream`)."""
 
-    def __init__(self, decoding: Decoding, penalty: float | None = None) -> None:
+    def __init__(
+        self, decoding: Decoding, penalty: float | None = None, *, guard: bool = False
+    ) -> None:
+        """``guard``: the model runs in fp16, whose logits can overflow (see `finite`); chosen
+        once, at load, so fp32 and bf16 pay nothing for it."""
+        self.guard = guard
         self.seed = decoding.seed
         self.warpers = warpers(decoding) if decoding.do_sample else None
         self.penalty = penalty if penalty is not None and penalty != 1.0 else None
@@ -224,6 +237,8 @@ class Picker:
     ) -> torch.Tensor:
         """The next token of each row of ``logits`` (rows x vocabulary); ``seen`` marks the
         tokens each row holds, prompt included, when `penalizes`."""
+        if self.guard:
+            logits = finite(logits)
         if self.penalty is not None:
             if seen is None:
                 raise ValueError("a repetition penalty needs the tokens each row has seen")
@@ -231,6 +246,15 @@ class Picker:
         if self.warpers is None:
             return logits.argmax(dim=-1)
         return draw(self.warpers, logits, streams)[:, 0]
+
+
+def finite(logits: torch.Tensor) -> torch.Tensor:
+    """fp16 logits in float32, NaN as -inf and +inf as the largest float32: torch's argmax takes
+    a NaN for the maximum, so one NaN would pick its index as the token, and a softmax over an
+    inf is NaN everywhere. Every row still gets a token (an overflowed maximum is still the
+    maximum): none is dropped, none is garbage."""
+    wide = logits.float()
+    return torch.nan_to_num(wide, nan=float("-inf"), posinf=torch.finfo(torch.float32).max)
 
 
 def trim(new_tokens: np.ndarray, eos: set[int]) -> np.ndarray:

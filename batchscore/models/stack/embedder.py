@@ -20,6 +20,7 @@ from batchscore.models.stack.stack_text import StackText
 from batchscore.models.text.windows import mean_by_owner
 from batchscore.runtime.bert import load_bert, read_shape
 from batchscore.runtime.executor import Executor
+from batchscore.runtime.transfer import Pending
 
 
 def check_encoder_files(path: Path, *, prompt_name: str | None, allow_pickle: bool) -> None:
@@ -90,10 +91,14 @@ class Embedder:
     def forward(self, ids: list[np.ndarray]) -> np.ndarray:
         """One batch of units through the stack; float32 [units, dim] on the host, before the
         stack's final Normalize (see `combine`)."""
+        return self.launch(ids).result()  # the device-to-host copy: a sync point on CUDA
+
+    def launch(self, ids: list[np.ndarray]) -> Pending:
+        """As `forward`, the vectors still on their way to the host: the batch loop launches
+        the next batch before it waits for them (`batchscore.runtime.transfer`)."""
         input_ids, mask = self.text.encoder.collate(ids)
         tensor = self.executor.tensor
-        vectors = self.model(tensor(input_ids), tensor(mask), self.text.skip)
-        return vectors.cpu().numpy()  # the device-to-host copy: a sync point on CUDA
+        return self.executor.host(self.model(tensor(input_ids), tensor(mask), self.text.skip))
 
     def combine(
         self, vectors: np.ndarray, owners: np.ndarray, count: int, lengths: np.ndarray

@@ -287,3 +287,32 @@ def test_the_controls_are_bounded_when_the_job_loads(tmp_path, setting, message)
         job_from_dict(raw, tmp_path / "job.toml")
     assert any(f"[generate].{message}" in p or message in p for p in caught.value.problems)
     assert all("[generate]." in p for p in caught.value.problems)
+
+
+def test_fp16_logits_that_overflow_still_give_every_row_its_token():
+    """A model in fp16 whose logits overflow (made by hand: no GPU here, and the toy model's
+    fp16 logits stay finite on a CPU): a NaN must not win the argmax, as torch's argmax lets it,
+    and a row whose maximum overflowed to inf keeps that token; fp32 pays for no guard."""
+    import torch
+
+    from batchscore.models.generation.decode import Decoding, Picker
+
+    nan, inf = float("nan"), float("inf")
+    logits = torch.tensor(
+        [[nan, 1.0, 9.0, 2.0], [1.0, inf, 3.0, inf], [0.5, 0.25, 2.0, -inf]],
+        dtype=torch.float16,
+    )
+    guarded = Picker(Decoding(max_new_tokens=4), guard=True)
+    assert guarded(logits, [None] * 3).tolist() == [2, 1, 2]
+    assert Picker(Decoding(max_new_tokens=4))(logits, [None] * 3).tolist()[0] == 0  # unguarded
+    sampled = Picker(Decoding(max_new_tokens=4, do_sample=True, top_k=2), guard=True)
+    streams = [sampled.stream(np.array([i])) for i in range(3)]
+    picked = sampled(logits, streams).tolist()
+    assert picked[0] in (2, 3) and picked[1] in (1, 3) and picked[2] in (0, 2)
+    # the static batches' `generate` takes the same guard as its first logits processor
+    from transformers import LogitsProcessorList
+
+    from batchscore.models.generation.decode import Finite
+
+    scores = LogitsProcessorList([Finite()])(torch.zeros(3, 1, dtype=torch.long), logits)
+    assert scores.dtype == torch.float32 and scores.argmax(-1).tolist() == [2, 1, 2]
