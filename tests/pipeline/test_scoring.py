@@ -27,6 +27,9 @@ class Summed(Sums):
     def finish(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
         return {"sum": pa.array(np.asarray(results, dtype=np.float64))}
 
+    def usage(self, encoded: Encoded, results: np.ndarray) -> dict[str, pa.Array]:
+        return {}  # counts nothing, as a task whose job leaves [output].usage off
+
 
 def scorer_for(job: Job, task: Summed) -> Scorer:
     """The scorer a run of ``job`` builds, on the real executor."""
