@@ -33,6 +33,7 @@ POINTS = (
     "read-window",  # while reading input rows
     "model-batch",  # before each model call
     "retire-move",  # after each file a retirement moves out of the data files (see output.retire)
+    "rewrite",  # by rows: a file rewritten without its retired rows, its record not yet written
     "restart-unrecorded",  # --restart: commit records removed, data files not yet
     "remove",  # before each file batchscore deletes (see output.checkpoint.Checkpoint.remove)
     "restart-remove",  # --restart: before each file it removes, once the records are gone

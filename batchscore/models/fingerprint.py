@@ -54,6 +54,7 @@ def fingerprint_parts(job: Job, model_path: Path, model_files: str | None = None
         "chunk_rows": job.output.chunk_rows,
         # only when set, so outputs made before the key existed still resume
         **({"where": job.input.where} if job.input.where is not None else {}),
+        **({"increments": "rows"} if job.input.by_rows else {}),
         **model_parts(job.model, model_path, job.task),
     }
 
