@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -18,40 +17,7 @@ from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from tests.commands import invoke
-from tests.conftest import write_job
-from tests.output.tiny import ARGS, tiny_job
-
-
-def rows_job(root: Path, **extra: str) -> Path:
-    """The tiny tensor job, by rows."""
-    tiny_job(root)
-    return write_job(
-        root / "job.toml",
-        input={
-            "path": "in",
-            "id": "id",
-            "features": ["x0", "x1", "x2", "x3"],
-            "increments": "rows",
-            **extra,
-        },
-        model={"task": "tensor", "path": "mlp.safetensors", "threads": 1},
-        batching={"max_rows": 8, "window_rows": 4},
-        output={"path": "out", "chunk_rows": 4},
-        tensor={"output": "class", "factory": "mlp", "factory_args": ARGS},
-    )
-
-
-def table(ids: list[str], seed: int = 0) -> pa.Table:
-    x = np.random.default_rng(seed).normal(size=(len(ids), 4)).astype(np.float32)
-    return pa.table({"id": ids, **{f"x{j}": x[:, j] for j in range(4)}})
-
-
-SCHEMA = pa.schema([("id", pa.string()), *[(f"x{j}", pa.float32()) for j in range(4)]])
-
-
-def write(path: Path, rows: pa.Table | dict) -> None:
-    """``rows`` as a shard of row groups of 3 rows (features float32, as `table` makes them)."""
-    pq.write_table(pa.table(rows).cast(SCHEMA), path, row_group_size=3)
+from tests.output.tiny import SCHEMA, rows_job, rows_table, tiny_job, write_rows
 
 
 def glob_ids(out: Path) -> list[str]:
@@ -84,8 +50,8 @@ def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A job by rows over ``in/a.parquet`` (10 rows) and ``in/b.parquet`` (6), all scored."""
     job = rows_job(tmp_path)
     inputs = tmp_path / "in"
-    write(inputs / "a.parquet", table([f"a{i}" for i in range(10)]))
-    write(inputs / "b.parquet", table([f"b{i}" for i in range(6)], seed=1))
+    write_rows(inputs / "a.parquet", rows_table([f"a{i}" for i in range(10)]))
+    write_rows(inputs / "b.parquet", rows_table([f"b{i}" for i in range(6)], seed=1))
     assert scored(job) == (16, 0)
     assert scored(job) == (0, 0)  # nothing changed: nothing scored, nothing retired
     return job, inputs, tmp_path / "out"
@@ -94,7 +60,9 @@ def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
 def test_appended_rows_alone_are_scored(setup):
     job, inputs, out = setup
     a = pq.read_table(inputs / "a.parquet")
-    write(inputs / "a.parquet", pa.concat_tables([a, table(["a10", "a11", "a12"], seed=2)]))
+    write_rows(
+        inputs / "a.parquet", pa.concat_tables([a, rows_table(["a10", "a11", "a12"], seed=2)])
+    )
     assert scored(job) == (3, 0)
     check(out, inputs)
 
@@ -104,7 +72,7 @@ def test_an_edited_row_is_scored_again_and_its_old_score_retired(setup):
     a = pq.read_table(inputs / "a.parquet").to_pydict()
     a["x0"][4] += 1.0
     a["x2"][7] = -a["x2"][7]
-    write(inputs / "a.parquet", a)
+    write_rows(inputs / "a.parquet", a)
     assert scored(job) == (2, 2)
     check(out, inputs)
     glob = pa.concat_tables(pq.read_table(p) for p in out.rglob("*.parquet"))
@@ -115,7 +83,7 @@ def test_an_edited_row_is_scored_again_and_its_old_score_retired(setup):
 def test_deleted_rows_are_retired_and_kept(setup):
     job, inputs, out = setup
     a = pq.read_table(inputs / "a.parquet")
-    write(inputs / "a.parquet", a.take([0, 1, 2, 5, 9]))  # 5 of 10 deleted
+    write_rows(inputs / "a.parquet", a.take([0, 1, 2, 5, 9]))  # 5 of 10 deleted
     (inputs / "b.parquet").unlink()  # a whole file deleted
     assert scored(job) == (0, 11)
     check(out, inputs)
@@ -142,9 +110,9 @@ def test_split_merged_or_compacted_files_score_nothing(setup, shape: str):
         p.unlink()
     if shape == "split":  # into three files of new names, rows reordered
         for k in range(3):
-            write(inputs / f"part-{k}.parquet", everything.take(list(range(k, 16, 3))))
+            write_rows(inputs / f"part-{k}.parquet", everything.take(list(range(k, 16, 3))))
     elif shape == "merge":
-        write(inputs / "all.parquet", everything)
+        write_rows(inputs / "all.parquet", everything)
     else:  # compaction: one file, one row group, another writer's layout
         pq.write_table(
             everything.cast(
@@ -160,11 +128,11 @@ def test_a_split_with_an_edit_and_an_append_scores_those_rows_alone(setup):
     job, inputs, out = setup
     everything = input_rows(inputs).to_pydict()
     everything["x1"][12] = 7.0
-    rows = pa.concat_tables([pa.table(everything).cast(SCHEMA), table(["n0", "n1"], seed=3)])
+    rows = pa.concat_tables([pa.table(everything).cast(SCHEMA), rows_table(["n0", "n1"], seed=3)])
     for p in inputs.glob("*.parquet"):
         p.unlink()
-    write(inputs / "x.parquet", rows.slice(0, 9))
-    write(inputs / "y.parquet", rows.slice(9))
+    write_rows(inputs / "x.parquet", rows.slice(0, 9))
+    write_rows(inputs / "y.parquet", rows.slice(9))
     assert scored(job) == (3, 1)
     check(out, inputs)
     assert scored(job) == (0, 0)
@@ -172,7 +140,7 @@ def test_a_split_with_an_edit_and_an_append_scores_those_rows_alone(setup):
 
 def test_duplicate_ids_are_an_error_naming_files_and_rows(setup):
     job, inputs, out = setup
-    write(inputs / "c.parquet", table(["a3", "c1"], seed=4))
+    write_rows(inputs / "c.parquet", rows_table(["a3", "c1"], seed=4))
     result = invoke("run", str(job))
     assert result.exit_code == 3, result.output
     assert "'a3'" in result.output and "a.parquet row 3" in result.output
@@ -185,7 +153,7 @@ def test_an_id_is_required_and_by_shard_stays_the_default(tmp_path: Path):
     result = invoke("validate", str(job))
     assert result.exit_code == 2 and "[input].increments" in result.output
     shards = tiny_job(tmp_path / "shards")  # no `increments`: by shard, no hash column
-    write(tmp_path / "shards/in/a.parquet", table(["a0", "a1"]))
+    write_rows(tmp_path / "shards/in/a.parquet", rows_table(["a0", "a1"]))
     assert scored(shards) == (2, 0)
     [data] = (tmp_path / "shards/out").glob("*.parquet")
     assert "_row_hash" not in pq.read_schema(data).names
@@ -195,8 +163,8 @@ def test_plan_and_status_count_rows_to_score_and_retire_before_the_run(setup):
     job, inputs, _out = setup
     a = pq.read_table(inputs / "a.parquet").to_pydict()
     a["x0"][1] += 1.0
-    write(inputs / "a.parquet", {k: v[:8] for k, v in a.items()})  # one edit, two deleted
-    write(inputs / "c.parquet", table(["c0", "c1", "c2"], seed=5))  # three new
+    write_rows(inputs / "a.parquet", {k: v[:8] for k, v in a.items()})  # one edit, two deleted
+    write_rows(inputs / "c.parquet", rows_table(["c0", "c1", "c2"], seed=5))  # three new
     status = job_status(load_job(job))
     assert not status["complete"]
     counts = status["increments"]
