@@ -319,11 +319,13 @@ def join(
     check_unique(left, shards)
     # a committed (id, hash) held twice (never by this protocol, but a folder is evidence):
     # the first in file order stays, the others retire
-    right = right.sort(["file", "row"]).with_columns(
-        pl.int_range(pl.len()).over(["id", "h"]).alias("n")
-    )
-    twice = right.filter(pl.col("n") > 0)
-    first = right.filter(pl.col("n") == 0)
+    twice, first = right.head(0), right
+    if right.select(pl.struct("id", "h").is_duplicated().any()).item():  # the rare case
+        right = right.sort(["file", "row"]).with_columns(
+            pl.int_range(pl.len()).over(["id", "h"]).alias("n")
+        )
+        twice = right.filter(pl.col("n") > 0).drop("n")
+        first = right.filter(pl.col("n") == 0).drop("n")
     score = left.join(first, on=["id", "h"], how="anti")
     retire = first.join(left, on=["id", "h"], how="anti")
     changed = score.join(first, on="id", how="semi").height

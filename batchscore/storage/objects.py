@@ -122,7 +122,9 @@ class ObjectStore:
     def read_table(self, rel: str, columns: list[str] | None = None) -> pa.Table:
         def read() -> pa.Table:
             with self.fs.open_input_file(self.key(rel)) as fh:
-                return pq.read_table(fh, columns=columns, use_threads=False)
+                return pq.ParquetFile(fh).read(
+                    columns=columns, use_threads=False
+                )  # no dataset, no pandas
 
         return self.retry.call(read, self.where(rel))
 

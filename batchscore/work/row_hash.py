@@ -101,7 +101,7 @@ def value_words(values: pa.Array) -> np.ndarray:
 
 def mark_nulls(values: pa.Array, words: np.ndarray) -> np.ndarray:
     if values.null_count:
-        words = np.where(values.is_null().to_numpy(zero_copy_only=False), NULL, words)
+        words = np.where(flat(pc.cast(values.is_null(), pa.int8()), np.int8) != 0, NULL, words)
     return words
 
 
@@ -113,8 +113,14 @@ def numbers(values: pa.Array, wide: pa.DataType) -> np.ndarray:
     if pa.types.is_boolean(values.type):
         values = pc.cast(values, pa.int8())
     filled = values.fill_null(0) if values.null_count else values
-    raw = pc.cast(filled, wide).to_numpy(zero_copy_only=False)
-    return fmix(np.ascontiguousarray(raw).view(U64) ^ NUMBER)
+    return fmix(flat(pc.cast(filled, wide), U64) ^ NUMBER)  # the 64 bits, whatever their kind
+
+
+def flat(values: pa.Array, dtype: type) -> np.ndarray:
+    """A fixed-width array without nulls as numpy, from its buffer (`to_numpy` imports
+    pandas, seconds of a short run's start)."""
+    data = np.frombuffer(values.buffers()[1], dtype=dtype)
+    return data[values.offset : values.offset + len(values)]
 
 
 def texts(values: pa.Array) -> np.ndarray:
@@ -148,7 +154,8 @@ def lists(values: pa.Array) -> np.ndarray:
         for k in range(size):
             h = fmix(h * STEP + matrix[:, k])
         return h ^ LIST
-    offsets = values.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = flat(values.offsets, np.int64 if pa.types.is_large_list(values.type) else np.int32)
+    offsets = offsets.astype(np.int64)
     inner = value_words(values.values.slice(offsets[0], offsets[-1] - offsets[0]))
     offsets = offsets - offsets[0]
     lengths = np.diff(offsets)
