@@ -19,6 +19,9 @@ file and its new record: the next start finds the file either as its record says
 happened) or as the intent says, and then writes the record (`Checkpoint.sweep`), so no row
 is ever in two committed files, nor lost.
 
+`retire_rows` is the one place that takes committed rows out of the output: a sink that is not
+a folder of Parquet files (a Delta table: a delete transaction) implements it its own way.
+
 Nothing retires while some shard cannot be read (what left the input cannot be told from what
 was not read): the run scores the new rows of the others and fails those shards (exit 3).
 """

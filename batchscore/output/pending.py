@@ -241,7 +241,11 @@ def stale(
         if key in damaged:
             why = f"{record['file']} is {damaged[key]}"
         elif shard is not None and record["shard"] != shard.identity:
-            why = f"{record['shard']['path']} changed since it was scored"
+            why = (
+                f"{record['shard']['path']} changed since it was scored (by shards, a changed "
+                'shard is scored again whole; with [input].id, increments = "rows" scores '
+                "only its changed rows)"
+            )
         else:
             continue
         if shard is not None:

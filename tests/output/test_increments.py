@@ -180,3 +180,14 @@ def test_plan_and_status_count_rows_to_score_and_retire_before_the_run(setup):
     assert scored(job) == (4, 3)
     status = job_status(load_job(job))
     assert status["complete"] and status["increments"]["to_score"] == 0
+
+
+def test_by_shards_the_report_says_why_a_changed_shard_is_scored_whole(tmp_path: Path):
+    job = tiny_job(tmp_path)
+    write_rows(tmp_path / "in/a.parquet", rows_table(["a0", "a1", "a2"]))
+    run_job(load_job(job))
+    write_rows(tmp_path / "in/a.parquet", rows_table(["a0", "a1", "a2", "a3"]))
+    report = run_job(load_job(job))
+    assert report["rows"] == 4  # the whole shard, by shards
+    [why] = {r["why"] for r in report["redone"]}
+    assert "changed since it was scored" in why and 'increments = "rows"' in why
