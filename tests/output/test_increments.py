@@ -10,12 +10,14 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
 from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
+from batchscore.storage.fs import filesystem
 from tests.commands import invoke
 from tests.output.tiny import SCHEMA, rows_job, rows_table, tiny_job, write_rows
 
@@ -191,3 +193,25 @@ def test_by_shards_the_report_says_why_a_changed_shard_is_scored_whole(tmp_path:
     assert report["rows"] == 4  # the whole shard, by shards
     [why] = {r["why"] for r in report["redone"]}
     assert "changed since it was scored" in why and 'increments = "rows"' in why
+
+
+@pytest.mark.s3
+def test_increments_by_row_in_an_object_store(bucket: str, tmp_path: Path):
+    """No rename in S3: a partly retired file is rewritten as one whole-object upload."""
+    out = f"{bucket}/out"
+    job, inputs = rows_job(tmp_path, output=out), tmp_path / "in"
+    write_rows(inputs / "a.parquet", rows_table([f"a{i}" for i in range(10)]))
+    write_rows(inputs / "b.parquet", rows_table([f"b{i}" for i in range(6)], seed=1))
+    assert scored(job) == (16, 0)
+    a = pq.read_table(inputs / "a.parquet").to_pydict()
+    a["x0"][5] += 1.0
+    write_rows(inputs / "a.parquet", a)
+    write_rows(inputs / "b.parquet", pq.read_table(inputs / "b.parquet").take([0, 2, 3, 5]))
+    write_rows(inputs / "c.parquet", rows_table(["c0", "c1"], seed=2))
+    assert scored(job) == (3, 3)
+    fs, base = filesystem(out)
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    glob = [i.path for i in infos if i.is_file and i.path.endswith(".parquet")]
+    ids = [i for p in glob for i in pq.read_table(p, filesystem=fs)["id"].to_pylist()]
+    assert sorted(ids) == sorted(input_rows(inputs)["id"].to_pylist())
+    assert scored(job) == (0, 0)

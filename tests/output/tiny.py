@@ -37,7 +37,7 @@ def tiny_job(root: Path, output: str = "out", chunk_rows: int = 4) -> Path:
     )
 
 
-def rows_job(root: Path, **extra: str) -> Path:
+def rows_job(root: Path, output: str = "out", **extra: str) -> Path:
     """The tiny tensor job, by rows (`[input].increments = "rows"`); ``extra`` [input] keys."""
     tiny_job(root)
     return write_job(
@@ -51,7 +51,7 @@ def rows_job(root: Path, **extra: str) -> Path:
         },
         model={"task": "tensor", "path": "mlp.safetensors", "threads": 1},
         batching={"max_rows": 8, "window_rows": 4},
-        output={"path": "out", "chunk_rows": 4},
+        output={"path": output, "chunk_rows": 4},
         tensor={"output": "class", "factory": "mlp", "factory_args": ARGS},
     )
 
