@@ -169,11 +169,14 @@ def row_diff(
     shards: list[Shard],
     store: Store,
     committed: dict[str, dict[str, Any]],
+    unread: bool = False,
 ) -> RowDiff:
     """The diff of ``shards`` (those the plan could read) against the ``committed`` records'
     data files in ``store``. Parts spill to a temporary folder of this machine's (never the
     output folder: `status` and `plan` write nothing there), removed on the way out; a shard
-    that cannot be read (`InputDataError`) is left out and listed in ``failures``."""
+    that cannot be read (`InputDataError`) is left out and listed in ``failures``. With one
+    left out, or ``unread`` (some shard's footer failed the plan), only new ids are scored and
+    nothing retires."""
     diff = RowDiff()
     hashed = hashed_columns(inp, kinds)
     keys = sorted(committed)
@@ -204,6 +207,7 @@ def row_diff(
                 diff,
                 shards,
                 failed=failed,
+                partial=bool(failed) or unread,
             )
             found_score.append(score)
             found_retire.append(retire)
@@ -211,7 +215,7 @@ def row_diff(
         for side in sides:
             side.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    if diff.failures:  # what left the input cannot be told from a shard not read (`join`)
+    if diff.failures or unread:  # what left cannot be told from a shard not read (`join`)
         diff.changed = diff.deleted = diff.twice = diff.retired = 0
     diff.score = unpacked(np.concatenate(found_score)) if found_score else {}
     retire = unpacked(np.concatenate(found_retire)) if found_retire else {}
@@ -298,7 +302,13 @@ def committed_keys(store: Store, file: str, id_column: str, index: int) -> pa.Ta
 
 
 def join(
-    inputs: pa.Table, outputs: pa.Table, diff: RowDiff, shards: list[Shard], *, failed: set[int]
+    inputs: pa.Table,
+    outputs: pa.Table,
+    diff: RowDiff,
+    shards: list[Shard],
+    *,
+    failed: set[int],
+    partial: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One part of each side, joined: the input rows to score and the committed rows to
     retire (packed), counted into ``diff``."""
@@ -335,7 +345,7 @@ def join(
     diff.deleted += retire.height - retire.join(left, on="id", how="semi").height
     diff.twice += twice.height
     diff.retired += retire.height + twice.height
-    if failed:  # a partial view of the input: new rows only, nothing replaced or retired
+    if partial:  # a partial view of the input: new rows only, nothing replaced or retired
         score = score.join(first, on="id", how="anti")
         return packed_of(score, "shard"), np.zeros(0, dtype=np.int64)
     to_score = packed_of(score, "shard")

@@ -94,7 +94,14 @@ def pending_rows(
             readable.append(shard)
             rows_of[shard.index] = footer.rows
     plan.carried = reference[0] if reference else pa.schema([])
-    diff = row_diff(inp, kinds=kinds, shards=readable, store=ckpt.store, committed=committed)
+    diff = row_diff(
+        inp,
+        kinds=kinds,
+        shards=readable,
+        store=ckpt.store,
+        committed=committed,
+        unread=bool(plan.failures),  # a shard not read: what left cannot be told
+    )
     plan.failures += diff.failures
     if forget and diff.retire:
         plan.retired = retire_rows(ckpt, diff, committed, inp)

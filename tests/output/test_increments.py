@@ -215,3 +215,16 @@ def test_increments_by_row_in_an_object_store(bucket: str, tmp_path: Path):
     ids = [i for p in glob for i in pq.read_table(p, filesystem=fs)["id"].to_pylist()]
     assert sorted(ids) == sorted(input_rows(inputs)["id"].to_pylist())
     assert scored(job) == (0, 0)
+
+
+def test_a_shard_that_cannot_be_read_retires_nothing(setup):
+    """Its rows cannot be told from deleted ones: they stay, new rows elsewhere are scored."""
+    job, inputs, out = setup
+    (inputs / "b.parquet").write_bytes(b"not parquet any more")
+    write_rows(inputs / "c.parquet", rows_table(["c0"], seed=6))
+    result = invoke("run", str(job))
+    assert result.exit_code == 3, result.output
+    assert glob_ids(out) == sorted(
+        [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(6)] + ["c0"]
+    )
+    assert not (out / "_SUCCESS").exists()
