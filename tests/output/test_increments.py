@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.job.parse import load_job
+from batchscore.output import diff
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.fs import filesystem
@@ -126,8 +127,15 @@ def test_split_merged_or_compacted_files_score_nothing(setup, shape: str):
     check(out, inputs)
 
 
-def test_a_split_with_an_edit_and_an_append_scores_those_rows_alone(setup):
+@pytest.mark.parametrize("part_rows", [None, 4])
+def test_a_split_with_an_edit_and_an_append_scores_those_rows_alone(
+    setup, part_rows: int | None, monkeypatch: pytest.MonkeyPatch
+):
+    """Also with the diff cut into parts of 4 rows (spilled to files): the path a table of
+    more than `PART_ROWS` rows takes."""
     job, inputs, out = setup
+    if part_rows:
+        monkeypatch.setattr(diff, "PART_ROWS", part_rows)
     everything = input_rows(inputs).to_pydict()
     everything["x1"][12] = 7.0
     rows = pa.concat_tables([pa.table(everything).cast(SCHEMA), rows_table(["n0", "n1"], seed=3)])
