@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from batchscore import faults
 from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.commands import run
@@ -116,3 +117,9 @@ def test_a_kill_at_each_point_of_an_incremental_run_leaves_each_row_once(
         assert np.allclose(scores, clean[i][1], atol=1e-5), i
     assert sorted(clean) == ids_of(inputs)
     assert run_job(load_job(job))["rows"] == 0  # and nothing is left to do
+
+
+def test_every_fault_point_of_a_run_is_killed_at():
+    """A fault point added later is added here too (the restart's own are `--restart`'s)."""
+    restart_only = {"restart-unrecorded", "restart-remove"}
+    assert {p.split("@")[0] for p in POINTS} == set(faults.POINTS) - restart_only
