@@ -35,6 +35,7 @@ POINTS = (
     "model-batch",  # before each model call
     "gate-batch",  # before each model call on the quality gate's sample (`static.run_sample`)
     "retire-move",  # after each file a retirement moves out of the data files (see output.retire)
+    "rewrite",  # by rows: a file rewritten without its retired rows, its record not yet written
     "restart-unrecorded",  # --restart: commit records removed, data files not yet
     "remove",  # before each file batchscore deletes (see output.checkpoint.Checkpoint.remove)
     "restart-remove",  # --restart: before each file it removes, once the records are gone

@@ -23,6 +23,7 @@ from batchscore.job.runtimes import runtime_problem
 from batchscore.job.schema import build, choices, coerce, describe, did_you_mean, show
 from batchscore.job.sections import (
     DEFAULT_MODEL,
+    ROW_HASH,
     SECTIONS,
     TASK_SECTIONS,
     BatchingConfig,
@@ -154,6 +155,7 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
                 f"{source}: [input].id/keep: columns {a!r} and {b!r} differ only in case, and "
                 "DuckDB, Spark and Hive read them as one column; carry one of them"
             )
+        problems += [f"{source}: {problem}" for problem in increments_problems(inp)]
         if inp.where is not None and (problem := where_problem(inp.where)):
             problems.append(f"{source}: [input].where: {problem}")
     if quality and quality.cache_dir is not None:
@@ -198,6 +200,22 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     if problems:
         raise JobError(problems)
     return Job(name, source, inp, model, batching, output, task, quality, engine, ray)
+
+
+def increments_problems(inp: InputConfig) -> list[str]:
+    """Row increments know a row by its id, and write its hash in a column of their own."""
+    found = []
+    if inp.by_rows and not inp.id:
+        found.append(
+            '[input].increments: "rows" knows each row by its id; set [input].id to the column '
+            'that names a row, or use increments = "shards"'
+        )
+    if ROW_HASH in inp.copied:
+        found.append(
+            f"[input].id/keep: {ROW_HASH!r} is the name of the column batchscore writes each "
+            "row's hash in; rename the input column"
+        )
+    return found
 
 
 def task_problems(

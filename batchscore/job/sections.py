@@ -44,6 +44,9 @@ MAX_ACTORS = 1024
 MAX_ACTOR_CPUS = 1024.0
 MAX_ACTOR_GPUS = 64.0
 
+# The output column of a row's hash, with `[input].increments = "rows"` (`batchscore.work.row_hash`)
+ROW_HASH = "_row_hash"
+
 # A task key added after output folders were first written marks itself with this: the
 # fingerprint records it only when it is set away from its default, so a folder written before
 # the key existed still resumes (`batchscore.models.fingerprint.task_options`).
@@ -64,11 +67,25 @@ class InputConfig:
     # embed with a CLIP or SigLIP model: a column of images (encoded bytes, or paths / URIs
     # relative to the shard's folder) embedded by the image tower instead of `text`
     image: str | None = None
+    # "shards": a shard that changed is scored again whole; "rows" (needs `id`): only the rows
+    # whose id and values are not committed, wherever they now lie (`batchscore.output.increments`)
+    increments: Literal["shards", "rows"] = "shards"
+
+    @property
+    def copied(self) -> tuple[str, ...]:
+        """Input columns copied unchanged to the output: the id, then `keep`."""
+        return tuple(dict.fromkeys(([self.id] if self.id else []) + list(self.keep)))
 
     @property
     def carried(self) -> tuple[str, ...]:
-        """Input columns copied unchanged to the output: the id, then `keep`."""
-        return tuple(dict.fromkeys(([self.id] if self.id else []) + list(self.keep)))
+        """The columns a window carries to the output before the task's: those `copied`, then
+        (by rows) each row's hash, which the reader adds (`batchscore.work.row_hash`)."""
+        return self.copied + ((ROW_HASH,) if self.by_rows else ())
+
+    @property
+    def by_rows(self) -> bool:
+        """Whether increments are by row (`increments = "rows"`), not by shard."""
+        return self.increments == "rows"
 
     @property
     def row_filter(self) -> RowFilter | None:

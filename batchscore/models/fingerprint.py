@@ -57,6 +57,7 @@ def fingerprint_parts(job: Job, model_path: Path, model_files: str | None = None
         **({"usage": True} if job.output.usage else {}),  # its columns are in the schema
         # a folder's files are a table's or not: a Parquet folder never turns into a Delta table
         **({"format": job.output.format} if job.output.format != "parquet" else {}),
+        **({"increments": "rows"} if job.input.by_rows else {}),
         **model_parts(job.model, model_path, job.task),
     }
 

@@ -35,6 +35,7 @@ class RunStats:
     chunks_redone: int = 0  # of them, committed before but no longer intact
     chunks_committed: int = 0
     chunks_already_done: int = 0
+    rows_retired: int = 0  # by rows: committed rows this run retired (edited, or gone)
     rows_already_done: int = 0
     load_s: float = 0.0
     tuning_s: float = 0.0  # settling what the job left to measurement, adopted work included

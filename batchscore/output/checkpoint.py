@@ -233,7 +233,9 @@ class Checkpoint:
         for rel, intents in self.intent_files():
             for intent in intents:
                 key, file = intent["chunk"], intent["file"]
-                if (
+                if "record" in intent:  # a rewrite (`output.increments`): roll it forward
+                    self.roll_forward(intent)
+                elif (
                     f"{key}.json" not in committed
                     and is_own_name(DONE, f"{key}.json")
                     and file == part_name(key)
@@ -243,6 +245,22 @@ class Checkpoint:
                     garbage.append(self.store.where(file))
             self.remove(rel)
         return garbage + empty_folder(self.tmp_dir)  # never through a link: see `empty_folder`
+
+    def roll_forward(self, intent: dict[str, Any]) -> None:
+        """Commit a rewritten file whose record a killed run did not write: when the file at
+        the chunk's name is the one the intent describes, its record is the intent's. Else the
+        file is as its old record says (the rewrite never happened), or neither (its chunk is
+        then found damaged and un-committed, as any other)."""
+        key, record = intent["chunk"], intent["record"]
+        if (
+            isinstance(record, dict)
+            and all(k in record for k in RECORD_KEYS)
+            and record["chunk"] == key
+            and intent["file"] == record["file"] == part_name(key)
+            and is_own_name(DONE, f"{key}.json")
+            and problem(self.store, intent) is None
+        ):
+            self.write_json(record_name(key), record)
 
     def success(self) -> str | None:
         """The text of the folder's `_SUCCESS`, or None when there is none."""

@@ -217,6 +217,8 @@ def conform(table: pa.Table, schema: pa.Schema, chunk: Chunk) -> pa.Table:
     if table.schema == schema:
         return table
     try:
+        if sorted(table.column_names) == sorted(schema.names):  # the row hash goes last
+            table = table.select(schema.names)  # (`output_schema`); other mismatches: cast's
         return table.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise InputDataError(f"{chunk.shard.path}: rows {chunk.start}-{chunk.stop}: {exc}") from exc

@@ -8,22 +8,26 @@ from typing import Any
 import pyarrow as pa
 
 from batchscore.errors import BookkeepingError
-from batchscore.job.sections import EmbedConfig, Job
+from batchscore.job.sections import ROW_HASH, EmbedConfig, Job
 from batchscore.version import __version__
 from batchscore.work.columns import canonical_schema
 from batchscore.work.row_errors import error_fields
 
 
-def output_schema(carried: pa.Schema, task_columns: list[pa.Field], on_error: str) -> pa.Schema:
+def output_schema(
+    carried: pa.Schema, task_columns: list[pa.Field], on_error: str, *, row_hash: bool = False
+) -> pa.Schema:
     """Carried columns, the task's columns, then `error` if skipping (``on_error``, the job's
-    `[output].on_error`).
+    `[output].on_error`), then by rows (``row_hash``) each row's hash, last, where a reader's
+    ``select *`` meets it after every column it knows.
 
     A carried column is written in the one layout of its kind (`canonical`: text as
     ``string``, integers as ``int64``), not in its first shard's: shards of one folder written
     by pyarrow, polars and pandas then share their data files' schema, and a run that meets its
     shards in another order (the first one failed, say) writes the same one.
     """
-    return pa.schema([*canonical_schema(carried), *task_columns, *error_fields(on_error)])
+    hashes = [pa.field(ROW_HASH, pa.int64())] if row_hash else []
+    return pa.schema([*canonical_schema(carried), *task_columns, *error_fields(on_error), *hashes])
 
 
 def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, str]:

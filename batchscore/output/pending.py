@@ -51,6 +51,8 @@ class Pending:
     done_rows: int = 0
     total_rows: int = 0  # the job's input rows, from the footers (the bad-row gate's base)
     bad_by_shard: dict[str, int] = field(default_factory=dict)  # committed rows with an error
+    increments: dict[str, int] | None = None  # by rows: the diff's counts (`output.diff`)
+    retired: list[dict] = field(default_factory=list)  # by rows: the retirements made
 
 
 def family(kind: pa.DataType) -> str:
@@ -175,20 +177,8 @@ def plan_shard(
 ) -> tuple[pa.Schema, str] | None:
     """Check one shard against the job and the shards before it, and add its chunks to the
     plan (those committed as done); returns the schema later shards must match."""
-    try:
-        if isinstance(footer, InputDataError):
-            raise footer
-        plan.total_rows += footer.rows
-        check_columns(shard, footer.schema, inp.carried, kinds)
-        check_where(rows_filter, shard, footer.schema)
-        carried = pa.schema([footer.schema.field(c) for c in inp.carried])
-        if reference is None:
-            reference = (carried, shard.path)
-        else:
-            check_drift(shard, carried, *reference)
-            reference = (typed(reference[0], carried), reference[1])
-    except InputDataError as exc:
-        plan.failures.append({"shard": shard.path, "error": str(exc)})
+    fits, reference = check_shard(plan, shard, footer, reference, inp, kinds, rows_filter)
+    if not fits:
         return reference
     for chunk in chunks_of(shard, footer.rows, chunk_rows):
         if chunk.key in committed:
@@ -197,6 +187,35 @@ def plan_shard(
         else:
             plan.chunks.append(chunk)
     return reference
+
+
+def check_shard(
+    plan: Pending,
+    shard: Shard,
+    footer: Footer | InputDataError,
+    reference: tuple[pa.Schema, str] | None,
+    inp: InputConfig,
+    kinds: dict[str, str],
+    rows_filter: RowFilter | None,
+) -> tuple[bool, tuple[pa.Schema, str] | None]:
+    """Whether one shard's footer fits the job and the shards before it (if not, its failure
+    is in ``plan``), and the schema later shards must match."""
+    try:
+        if isinstance(footer, InputDataError):
+            raise footer
+        plan.total_rows += footer.rows
+        check_columns(shard, footer.schema, inp.copied, kinds)
+        check_where(rows_filter, shard, footer.schema)
+        carried = pa.schema([footer.schema.field(c) for c in inp.copied])
+        if reference is None:
+            reference = (carried, shard.path)
+        else:
+            check_drift(shard, carried, *reference)
+            reference = (typed(reference[0], carried), reference[1])
+    except InputDataError as exc:
+        plan.failures.append({"shard": shard.path, "error": str(exc)})
+        return False, reference
+    return True, reference
 
 
 def stale(
@@ -222,7 +241,11 @@ def stale(
         if key in damaged:
             why = f"{record['file']} is {damaged[key]}"
         elif shard is not None and record["shard"] != shard.identity:
-            why = f"{record['shard']['path']} changed since it was scored"
+            why = (
+                f"{record['shard']['path']} changed since it was scored (by shards, a changed "
+                'shard is scored again whole; with [input].id, increments = "rows" scores '
+                "only its changed rows)"
+            )
         else:
             continue
         if shard is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -162,10 +163,82 @@ def resume(
         yield batch
 
 
+def read_picked(chunk: Chunk, columns: tuple[str, ...], window_rows: int) -> Iterator[Rows]:
+    """The rows a chunk picked (by rows: those still to score, `where` already applied),
+    read from the row groups that hold them only, in windows of at most ``window_rows`` of
+    them. Each window covers the input rows up to its last pick (the last window, to the
+    chunk's end), so the committer counts the chunk complete as it counts any other. As in
+    `read_windows`, the last window is held back until the shard is known unchanged."""
+    shard, picks = chunk.shard, chunk.picks
+    held: Rows | None = None
+    taken: list[tuple[pa.RecordBatch, np.ndarray]] = []
+    try:
+        pf = open_shard(shard)
+        if not is_url(shard.path):
+            check_unchanged(shard)
+        meta = pf.metadata
+        sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        if picks[-1] >= starts[-1]:
+            raise InputDataError(
+                f"{shard.path}: has {starts[-1]} rows, too few for row {picks[-1]}"
+            )
+        of_pick = np.searchsorted(starts, picks, side="right") - 1
+        groups = np.unique(of_pick)
+        # each pick's place in the stream of the rows of the groups read
+        before = np.zeros(len(sizes), dtype=np.int64)
+        before[groups] = np.concatenate([[0], np.cumsum(sizes[groups])[:-1]])
+        placed = before[of_pick] + (picks - starts[of_pick])
+        covered, seen = chunk.start, 0
+        for batch in iter_batches(pf, shard, groups.tolist(), columns, window_rows):
+            lo, hi = np.searchsorted(placed, [seen, seen + batch.num_rows])
+            if hi > lo:
+                taken.append((batch.take(indices(placed[lo:hi] - seen)), picks[lo:hi]))
+            seen += batch.num_rows
+            if sum(len(k) for _, k in taken) >= window_rows:
+                if held is not None:
+                    yield held
+                held, taken = picked_window(chunk, taken, covered), []
+                covered = held.offset + held.read
+        check_unchanged(shard)
+    except InputDataError as exc:
+        if not isinstance(exc, ShardChangedError):
+            check_unchanged(shard, cause=exc)
+        raise
+    if taken:
+        if held is not None:
+            yield held
+        held = picked_window(chunk, taken, covered)
+    if held is None:
+        raise InputDataError(f"{shard.path}: ended short of the rows {chunk.start}-{chunk.stop}")
+    held.read = chunk.stop - held.offset  # the last window covers the chunk to its end
+    yield held
+
+
+def indices(positions: np.ndarray) -> pa.Array:
+    """Positions as an Arrow array, built from the buffer (`pa.array` over numpy asks whether
+    it is pandas first, which imports pandas)."""
+    values = np.ascontiguousarray(positions, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def picked_window(
+    chunk: Chunk, taken: list[tuple[pa.RecordBatch, np.ndarray]], covered: int
+) -> Rows:
+    """Picked rows as one window, covering the input rows from ``covered`` to its last pick."""
+    table = in_layout(chunk, pa.Table.from_batches([b for b, _ in taken]))
+    kept = np.concatenate([k for _, k in taken])
+    return Rows(table, covered, int(kept[-1]) + 1 - covered, kept)
+
+
 def read_rows(
     chunk: Chunk, columns: tuple[str, ...], window_rows: int, row_filter: RowFilter | None
 ) -> Iterator[Rows]:
-    """A chunk's rows in windows of at most ``window_rows`` input rows, filtered by `where`."""
+    """A chunk's rows in windows of at most ``window_rows`` input rows, filtered by `where`;
+    a chunk that picked its rows (by rows) reads those alone (`read_picked`)."""
+    if chunk.picks is not None:
+        yield from read_picked(chunk, columns, window_rows)
+        return
     offset = chunk.start
     for table in read_windows(chunk, columns, window_rows):
         read, kept = table.num_rows, None

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from batchscore.errors import InputDataError, JobError
-from batchscore.job.sections import BatchingConfig, InputConfig
+from batchscore.job.sections import ROW_HASH, BatchingConfig, InputConfig
 from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoding, Task
 from batchscore.pipeline.known import Known, unit_keys
@@ -27,6 +27,7 @@ from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
 from batchscore.work.columns import gather
 from batchscore.work.folders import FOLDER, image_layout, with_folder
+from batchscore.work.row_hash import hash_column, hashed_columns
 from batchscore.work.shards import check_columns, open_shard
 from batchscore.work.units import Chunk, Encoded, Part, Rows, Shard, Window, chunks_of, failed
 
@@ -34,11 +35,17 @@ log = logging.getLogger("batchscore")
 
 
 def input_columns(inp: InputConfig, kinds: dict[str, str]) -> tuple[str, ...]:
-    """The input columns a run reads: carried ones, the task's (``kinds``), and those `where`
-    tests."""
+    """The input columns a run reads: those copied to the output, the task's (``kinds``), and
+    those `where` tests."""
     row_filter = inp.row_filter
     needs = row_filter.columns if row_filter else ()
-    return tuple(dict.fromkeys([*inp.carried, *kinds, *needs]))
+    return tuple(dict.fromkeys([*inp.copied, *kinds, *needs]))
+
+
+def with_row_hash(rows: Rows, hashed: tuple[str, ...]) -> Rows:
+    """By rows, a window's rows with each one's hash, the column the output carries it in."""
+    rows.table = rows.table.append_column(ROW_HASH, hash_column(rows.table, hashed))
+    return rows
 
 
 def batches(
@@ -90,6 +97,7 @@ def windows(
     """
     row_filter = inp.row_filter
     columns, size = input_columns(inp, kinds), window_rows(task, batching)
+    hashed = hashed_columns(inp, kinds) if inp.by_rows else None
     gone: set[int] = set()  # shards that failed
 
     def window(parts: list[Part]) -> Iterator[Window]:
@@ -103,6 +111,8 @@ def windows(
         try:
             for rows in read_rows(chunk, columns, size, row_filter):
                 rows.table = with_folder(rows.table, chunk.shard.path, kinds)
+                if hashed is not None:
+                    rows = with_row_hash(rows, hashed)
                 if parts and rows.table.schema != parts[-1].rows.table.schema:
                     yield from window(parts)  # one window, one schema
                     parts, read = [], 0

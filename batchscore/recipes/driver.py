@@ -47,8 +47,9 @@ from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, lineage, output_schema
 from batchscore.output.delta import Table
 from batchscore.output.lock import hold_lock
-from batchscore.output.pending import Pending, pending_work
+from batchscore.output.pending import Pending
 from batchscore.output.settled import Decision
+from batchscore.output.todo import to_do
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.precision.table import check_precision
 from batchscore.recipes.run import Run
@@ -172,19 +173,23 @@ def list_pending(job: Job, run: Run, *, fingerprint: str) -> Pending:
     ckpt.prepare()
     for garbage in ckpt.sweep():
         log.info("removed %s, left by an interrupted run", garbage)
-    todo = pending_work(
+    todo = to_do(
         job.input,
         kinds=input_kinds(job.model.task, job.input, job.task),
         chunk_rows=job.output.chunk_rows,
         shards=find_shards(job.input, run.retry),
         ckpt=ckpt,
         fingerprint=fingerprint,
+        label=run.run_id,
     )
     run.failures = todo.failures
     stats = run.stats
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
     stats.chunks_pending, stats.chunks_redone = len(todo.chunks), len(todo.redone)
     run.context.update(redone=todo.redone, gone_shards=todo.gone)
+    if todo.increments is not None:  # by rows: what the diff found, and what it retired
+        run.context.update(increments=todo.increments, retired=todo.retired)
+        stats.rows_retired = todo.increments["to_retire"] if todo.retired else 0
     log.debug(
         "%d chunk(s) to score, %d already committed (%d rows)",
         len(todo.chunks),
@@ -298,7 +303,9 @@ def score(
     committer = Committer(
         job.output,
         run.ckpt,
-        schema=output_schema(todo.carried, task.columns, job.output.on_error),
+        schema=output_schema(
+            todo.carried, task.columns, job.output.on_error, row_hash=job.input.by_rows
+        ),
         stats=stats,
         claim=claim,
         decision=settled.standing,

@@ -100,7 +100,7 @@ def plan_job(
         entry=entry or Entry(),
         startup_s=startup_s,
     )
-    planned["notes"] = []
+    planned.setdefault("notes", [])  # the plan's own (by rows: what the diff found) first
     if job.batching.max_tokens == "auto" and not settled:
         planned["notes"].append(
             f'max_tokens = "auto": {timed.batching.max_tokens}, from the model\'s shape'

@@ -26,7 +26,8 @@ from batchscore.models.fingerprint import identity
 from batchscore.models.tasks import encoding, input_kinds
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.claim import refusal as claim_refusal
-from batchscore.output.pending import pending_work
+from batchscore.output.diff import rows_line
+from batchscore.output.todo import to_do
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens
 from batchscore.pipeline.stages import input_columns, windows
@@ -79,7 +80,7 @@ def plan_counts(
     kinds = input_kinds(job.model.task, job.input, job.task)
     shards = find_shards(job.input)
     who = identity(claimed or job, model_path)
-    todo = pending_work(
+    todo = to_do(
         job.input,
         kinds=kinds,
         chunk_rows=job.output.chunk_rows,
@@ -98,7 +99,7 @@ def plan_counts(
         # job record the data files prove is no conflict (the run rewrites it)
         conflict = claim_refusal(ckpt, who) or conflict
     task_encoding = encoding(model_path, model=job.model, options=job.task, inp=job.input)
-    to_read = sum(c.rows for c in todo.chunks)
+    to_read = sum(c.picked for c in todo.chunks)
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
     timing = min(1.0, timing_rows / to_read) if to_read else 0.0
     counts = count(job, todo.chunks, task_encoding, kinds=kinds, fraction=fraction, timing=timing)
@@ -126,6 +127,8 @@ def plan_counts(
         "failures": todo.failures + counts.failures,
         "conflict": conflict,
         "settled": settled.to_json() if (settled := ckpt.settled()) else None,
+        "increments": todo.increments,  # by rows: rows to score and to retire (`output.diff`)
+        "notes": [rows_line(todo.increments)] if todo.increments is not None else [],
     }
     return planned, timing_table
 

@@ -69,7 +69,7 @@ def preflight(job: Job) -> list[str]:
         try:
             pf = open_shard(shard)
             kinds = input_kinds(job.model.task, job.input, job.task)
-            check_columns(shard, pf.schema_arrow, job.input.carried, kinds)
+            check_columns(shard, pf.schema_arrow, job.input.copied, kinds)
             check_where(rows_filter, shard, pf.schema_arrow)
             rows += pf.metadata.num_rows
         except (InputDataError, TransientIOError) as exc:  # the data's, as `run` reads it

@@ -86,7 +86,8 @@ class Run:
             version=__version__,
             **self.context,
         )
-        if self.claimed and (self.stats.chunks_pending or self.outcome != "ok"):
+        changed = self.stats.chunks_pending or self.stats.rows_retired
+        if self.claimed and (changed or self.outcome != "ok"):
             self.ckpt.save_report(report_name(self.stats.started, os.getpid()), self.report)
         log.info(
             "run finished: %s",

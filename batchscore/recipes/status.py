@@ -19,10 +19,13 @@ from batchscore.job.sections import Job
 from batchscore.measure.settle import proven_decision
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
+from batchscore.models.tasks import input_kinds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
+from batchscore.output.diff import rows_line
 from batchscore.output.manifest import problems
 from batchscore.output.retire import MOVING, retirements
+from batchscore.output.todo import to_do
 from batchscore.storage.layout import GONE, shard_of
 from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import chunks_of
@@ -52,8 +55,10 @@ def job_status(job: Job) -> dict[str, Any]:
     damaged = problems(ckpt.store, committed)
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
-    shards, live = [], set()
-    for shard in find_shards(job.input):
+    shards, live, increments = [], set(), None
+    if job.input.by_rows:  # by rows, shards are not the unit: the diff says what is to do
+        shards, increments = rows_by_shard(job, ckpt)
+    for shard in [] if job.input.by_rows else find_shards(job.input):
         live.add(shard.key)
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
         try:
@@ -73,7 +78,7 @@ def job_status(job: Job) -> dict[str, Any]:
             else:
                 status.state = "partial" if valid else "pending"
         shards.append(status)
-    gone = gone_shards(ckpt, committed, damaged, live={s.shard for s in shards}, keys=live)
+    gone = [] if job.input.by_rows else gone_shards(ckpt, committed, damaged, live=live, keys=live)
     current = [s for s in shards if s.state != "gone"]
     refused, model_error = judge(ckpt, job)
     retiring = any(plan["state"] == MOVING for _, plan in retirements(ckpt))
@@ -98,7 +103,9 @@ def job_status(job: Job) -> dict[str, Any]:
         and refused is None
         and model_error is None
         and not restarting
-        and not retiring,
+        and not retiring
+        and not (increments and increments["to_retire"]),
+        "increments": increments,  # by rows: the diff's counts (rows to score, to retire)
         "refused": refused,
         "model_error": model_error,
         "settled": settled or None,  # the record the footers disprove: the next run rewrites it
@@ -107,6 +114,38 @@ def job_status(job: Job) -> dict[str, Any]:
         "damaged_bookkeeping": sorted(ckpt.damaged.values()),
         "last_run": last,
     }
+
+
+def rows_by_shard(job: Job, ckpt: Checkpoint) -> tuple[list[ShardStatus], dict[str, int]]:
+    """By rows: each shard's rows still to score, from the diff a run would make (read only),
+    and the diff's counts (`batchscore.output.diff.RowDiff.counts`); a committed file missing
+    or damaged counts its rows as to score."""
+    kinds = input_kinds(job.model.task, job.input, job.task)
+    todo = to_do(
+        job.input,
+        kinds=kinds,
+        chunk_rows=job.output.chunk_rows,
+        shards=find_shards(job.input),
+        ckpt=ckpt,
+        fingerprint="",  # a dry run checks no room for new files
+        forget=False,
+    )
+    failing = {f["shard"]: f["error"] for f in todo.failures}
+    found = []
+    for shard in todo.shards:
+        chunks = [c for c in todo.chunks if c.shard.index == shard.index]
+        to_score = sum(c.picked for c in chunks)
+        try:
+            rows = open_shard(shard).metadata.num_rows
+        except BatchscoreError:
+            rows = 0
+        state = "failed" if shard.path in failing else "partial" if to_score else "done"
+        if state == "partial" and to_score == rows:
+            state = "pending"
+        status = ShardStatus(shard.path, state, 0, len(chunks), rows - to_score, rows, 0, 0)
+        status.problems = [failing[shard.path]] if shard.path in failing else []
+        found.append(status)
+    return found, todo.increments or {}
 
 
 def judge(ckpt: Checkpoint, job: Job) -> tuple[str | None, str | None]:
@@ -245,6 +284,8 @@ def format_status(status: dict[str, Any]) -> str:
         moved = all(s["kept"] for s in gone)
         where = f"moved out of the data files, kept under {GONE}/" if moved else IN_PLACE
         lines.append(f"{len(gone)} shard(s) no longer input: their output ({rows:,} rows) {where}")
+    if status["increments"]:
+        lines.append(rows_line(status["increments"]))
     if status["restarting"]:
         lines.append("a --restart was cut off: the next run finishes it, then scores every row")
     if status["retiring"]:

@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from batchscore.errors import BookkeepingError, WriteError
 from batchscore.files import write_new
@@ -117,6 +118,15 @@ class ObjectStore:
         if size is None:
             raise FileNotFoundError(errno.ENOENT, "no such object", self.where(rel))
         return TailFile(fetch_end(size, lambda count: self.tail(rel, count)), size)
+
+    def read_table(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        def read() -> pa.Table:
+            with self.fs.open_input_file(self.key(rel)) as fh:
+                return pq.ParquetFile(fh).read(
+                    columns=columns, use_threads=False
+                )  # no dataset, no pandas
+
+        return self.retry.call(read, self.where(rel))
 
     def tail(self, rel: str, count: int) -> bytes:
         def read() -> bytes:

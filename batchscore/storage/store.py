@@ -66,6 +66,10 @@ class Store(Protocol):
         """A file open for random-access reading (a Parquet footer is read through it)."""
         ...
 
+    def read_table(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        """A data file's rows (only ``columns``, when given: a Parquet projection)."""
+        ...
+
     def tail(self, rel: str, count: int) -> bytes:
         """A file's last ``count`` bytes (a Parquet footer is read this way, not the data)."""
         ...

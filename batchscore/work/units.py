@@ -45,18 +45,33 @@ class Shard:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A fixed row range of one shard: the unit of commit."""
+    """A fixed row range of one shard: the unit of commit.
+
+    By rows (`[input].increments = "rows"`) a chunk holds the rows of its range still to score,
+    ``picks`` (shard rows; None: every row of the range), and its name has the ``label`` of the
+    increment that cut it: rows scored by a later increment land in files of their own.
+    """
 
     shard: Shard
     index: int
     start: int
     stop: int
     of: int  # how many chunks the shard has
+    picks: np.ndarray | None = field(default=None, compare=False, repr=False)
+    label: str = ""
 
     @property
     def key(self) -> str:
-        """Deterministic name from shard and chunk numbers; never from input strings."""
+        """Deterministic name from shard and chunk numbers (and the increment's label, by
+        rows); never from input strings."""
+        if self.label:
+            return chunk_key(shard_key(f"{self.label}:{self.shard.path}"), self.index)
         return chunk_key(self.shard.key, self.index)
+
+    @property
+    def picked(self) -> int:
+        """The input rows of the range it scores."""
+        return self.rows if self.picks is None else len(self.picks)
 
     @property
     def rows(self) -> int:

@@ -37,6 +37,39 @@ def tiny_job(root: Path, output: str = "out", chunk_rows: int = 4) -> Path:
     )
 
 
+def rows_job(root: Path, output: str = "out", **extra: str) -> Path:
+    """The tiny tensor job, by rows (`[input].increments = "rows"`); ``extra`` [input] keys."""
+    tiny_job(root)
+    return write_job(
+        root / "job.toml",
+        input={
+            "path": "in",
+            "id": "id",
+            "features": ["x0", "x1", "x2", "x3"],
+            "increments": "rows",
+            **extra,
+        },
+        model={"task": "tensor", "path": "mlp.safetensors", "threads": 1},
+        batching={"max_rows": 8, "window_rows": 4},
+        output={"path": output, "chunk_rows": 4},
+        tensor={"output": "class", "factory": "mlp", "factory_args": ARGS},
+    )
+
+
+def rows_table(ids: list[str], seed: int = 0) -> pa.Table:
+    """Rows of the tiny job's input with these ids (features drawn from ``seed``)."""
+    x = np.random.default_rng(seed).normal(size=(len(ids), 4)).astype(np.float32)
+    return pa.table({"id": ids, **{f"x{j}": x[:, j] for j in range(4)}})
+
+
+SCHEMA = pa.schema([("id", pa.string()), *[(f"x{j}", pa.float32()) for j in range(4)]])
+
+
+def write_rows(path: Path, rows: pa.Table | dict) -> None:
+    """``rows`` as a shard of row groups of 3 rows (features float32, as `table` makes them)."""
+    pq.write_table(pa.table(rows).cast(SCHEMA), path, row_group_size=3)
+
+
 def write_shard(path: Path, rows: int, seed: int = 0) -> list[str]:
     """A shard of ``rows`` rows whose ids name it (``<stem>-<i>``); returns the ids."""
     x = np.random.default_rng(seed).normal(size=(rows, 4)).astype(np.float32)

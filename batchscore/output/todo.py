@@ -1,0 +1,44 @@
+"""The work a run has to do: by shard, or (`[input].increments = "rows"`) by row."""
+
+from __future__ import annotations
+
+from batchscore.job.sections import InputConfig
+from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.increments import pending_rows
+from batchscore.output.pending import Pending, pending_work
+from batchscore.work.units import Shard
+
+
+def to_do(
+    inp: InputConfig,
+    *,
+    kinds: dict[str, str],
+    chunk_rows: int,
+    shards: list[Shard],
+    ckpt: Checkpoint,
+    fingerprint: str,
+    forget: bool = True,
+    label: str = "",
+) -> Pending:
+    """The pending chunks (`pending_work` by shard, `pending_rows` by row, the same plan);
+    ``forget=False`` (a dry run) changes nothing on disk; ``label`` names a run's increment."""
+    if inp.by_rows:
+        return pending_rows(
+            inp,
+            kinds=kinds,
+            chunk_rows=chunk_rows,
+            shards=shards,
+            ckpt=ckpt,
+            fingerprint=fingerprint,
+            forget=forget,
+            label=label,
+        )
+    return pending_work(
+        inp,
+        kinds=kinds,
+        chunk_rows=chunk_rows,
+        shards=shards,
+        ckpt=ckpt,
+        fingerprint=fingerprint,
+        forget=forget,
+    )

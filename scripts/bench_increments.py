@@ -1,0 +1,205 @@
+"""Increments by row (`[input].increments = "rows"`): what a day's change costs against a full run,
+and the diff's peak memory over many rows.
+
+1. A folder of ``--rows`` rows (10 shards) on the tensor task (a small MLP over 4 features, so
+   scoring is not the bulk) is scored whole in a fresh process; then ``--appended`` rows are
+   appended to one shard and ``--edited`` rows edited in another, and the increment is run in
+   a fresh process. Prints both wall times (the process's, start-up included), their ratio,
+   and the increment's report: rows scored, rows retired.
+2. The diff alone (`batchscore.output.diff.row_diff`) over ``--diff-rows`` input rows against
+   as many committed rows (synthetic committed files holding only `id` and `_row_hash`, as
+   the diff reads them), in a fresh process: its wall time and peak resident memory (the
+   process's peak less its peak after imports).
+
+    python scripts/bench_increments.py                          # 1,000,000 rows; a 10M diff
+    python scripts/bench_increments.py --rows 100000 --diff-rows 1000000   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}
+SHARDS = 10
+
+
+def features(rows: int, seed: int) -> dict[str, np.ndarray]:
+    x = np.random.default_rng(seed).normal(size=(rows, 4)).astype(np.float32)
+    return {f"x{j}": x[:, j] for j in range(4)}
+
+
+def write_input(data: Path, rows: int) -> None:
+    """``rows`` rows with int64 ids, in ``SHARDS`` files."""
+    data.mkdir(parents=True, exist_ok=True)
+    per = -(-rows // SHARDS)
+    for s in range(SHARDS):
+        ids = np.arange(s * per, min(rows, (s + 1) * per), dtype=np.int64)
+        pq.write_table(pa.table({"id": ids, **features(len(ids), s)}), data / f"s{s}.parquet")
+
+
+def write_job(folder: Path, data: Path) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    from batchscore.models.numeric.factories import mlp
+
+    torch.manual_seed(0)
+    save_file(mlp(**ARGS).eval().state_dict(), str(folder / "mlp.safetensors"))
+    job = folder / "job.toml"
+    job.write_text(
+        f"""[input]
+path = "{data}"
+id = "id"
+features = ["x0", "x1", "x2", "x3"]
+increments = "rows"
+[model]
+task = "tensor"
+path = "mlp.safetensors"
+precision = "fp32"
+[batching]
+max_tokens = 65536
+max_rows = 4096
+[output]
+path = "{folder / "out"}"
+[tensor]
+output = "class"
+factory = "mlp"
+factory_args = {{ in_features = 4, out_features = 3, hidden = [8] }}
+"""
+    )
+    return job
+
+
+def timed_run(job: Path) -> tuple[float, dict]:
+    """``batchscore run JOB`` in a fresh process: its wall time and its run report."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    began = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "batchscore", "run", str(job), "--progress", "off"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    runs = sorted((job.parent / "out/_batchscore/runs").glob("*.json"))
+    return wall, json.loads(runs[-1].read_text())
+
+
+def change(data: Path, appended: int, edited: int) -> None:
+    """``appended`` new rows at the end of the first shard, ``edited`` rows of the second
+    with a changed feature."""
+    first = pq.read_table(data / "s0.parquet")
+    start = 10**12  # ids no shard holds
+    new = pa.table(
+        {"id": np.arange(start, start + appended, dtype=np.int64), **features(appended, 99)}
+    )
+    pq.write_table(pa.concat_tables([first, new]), data / "s0.parquet")
+    second = pq.read_table(data / "s1.parquet").to_pydict()
+    step = max(1, len(second["id"]) // max(edited, 1))
+    for i in range(0, step * edited, step):
+        second["x0"][i] += 1.0
+    pq.write_table(pa.table(second).cast(first.schema), data / "s1.parquet")
+
+
+DIFF_CHILD = """
+import json, resource, sys, time
+from pathlib import Path
+from batchscore.job.sections import InputConfig
+from batchscore.output.diff import row_diff
+from batchscore.storage.disk import LocalStore
+from batchscore.work.shards import find_shards
+folder = Path(sys.argv[1])
+inp = InputConfig(path=(str(folder / "in"),), id="id", features=("x0", "x1", "x2", "x3"),
+                  increments="rows")
+shards = find_shards(inp)
+records = json.loads((folder / "records.json").read_text())
+kinds = {f"x{j}": "numeric" for j in range(4)}
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+began = time.perf_counter()
+diff = row_diff(inp, kinds=kinds, shards=shards, store=LocalStore(folder / "out"),
+                committed=records)
+wall = time.perf_counter() - began
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"wall_s": wall, "peak_mib": peak / 1024, "after_imports_mib": base / 1024,
+                  "counts": diff.counts()}))
+"""
+
+
+def diff_memory(folder: Path, rows: int) -> dict:
+    """The diff over ``rows`` input rows against as many committed rows, in a fresh process."""
+    from batchscore.work.row_hash import hash_column
+
+    data, out = folder / "in", folder / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    data.mkdir(parents=True, exist_ok=True)
+    records, per, files = {}, 1_000_000, -(-rows // 1_000_000)
+    for s in range(files):
+        ids = np.arange(s * per, min(rows, (s + 1) * per), dtype=np.int64)
+        table = pa.table({"id": ids, **features(len(ids), s)})
+        pq.write_table(table, data / f"s{s:03d}.parquet")
+        hashes = hash_column(table, [f"x{j}" for j in range(4)])
+        for c in range(0, len(ids), 100_000):  # committed files of 100,000 rows
+            key = f"{s:03d}-{c // 100_000:05d}"
+            part = pa.table({"id": ids[c : c + 100_000], "_row_hash": hashes[c : c + 100_000]})
+            pq.write_table(part, out / f"part-{key}.parquet")
+            records[key] = {"file": f"part-{key}.parquet", "rows": part.num_rows}
+    (folder / "records.json").write_text(json.dumps(records))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", DIFF_CHILD, str(folder)], env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"diff failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--appended", type=int, default=1_000)
+    parser.add_argument("--edited", type=int, default=100)
+    parser.add_argument("--diff-rows", type=int, default=10_000_000, help="0: skip")
+    parser.add_argument("--folder", type=Path, default=None, help="default: a temporary one")
+    args = parser.parse_args()
+    folder = args.folder or Path(tempfile.mkdtemp(prefix="bench-increments-"))
+    run_folder = folder / "run"
+    run_folder.mkdir(parents=True, exist_ok=True)
+    data = run_folder / "data"
+    write_input(data, args.rows)
+    job = write_job(run_folder, data)
+    full_s, full = timed_run(job)
+    change(data, args.appended, args.edited)
+    inc_s, inc = timed_run(job)
+    print(f"full run: {full['rows']:,} rows in {full_s:.2f} s (process wall, start-up included)")
+    print(
+        f"increment: {inc['rows']:,} rows scored, {inc['rows_retired']:,} retired, in "
+        f"{inc_s:.2f} s = {100 * inc_s / full_s:.1f} % of the full run "
+        f"(the report's own wall: {inc['wall_s']:.2f} s of {full['wall_s']:.2f} s)"
+    )
+    print(f"  diff: {json.dumps(inc.get('increments'))}")
+    if args.diff_rows:
+        found = diff_memory(folder / "diff", args.diff_rows)
+        print(
+            f"diff of {args.diff_rows:,} input rows against {args.diff_rows:,} committed: "
+            f"{found['wall_s']:.1f} s, peak RSS {found['peak_mib']:.0f} MiB "
+            f"({found['peak_mib'] - found['after_imports_mib']:.0f} MiB over the "
+            f"{found['after_imports_mib']:.0f} MiB after imports)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Increments by row as a state machine, beside the output folder's (`test_state_machine.py`):
+random sequences of rows appended, edited and deleted, files renamed, split, merged and
+compacted, committed files deleted, runs, and runs SIGKILLed at a random hit of a random fault
+point. After every step: no id is in the data glob twice, and wherever batchscore acted last,
+`_SUCCESS` present means the data glob holds exactly the current input's rows, each with its
+current hash and score; after every run that ended well, that holds and `status` says complete.
+
+A tiny MLP over 4 feature columns (the tensor task) keeps runs short; kills run `batchscore
+run` in a real subprocess. More examples: ``BATCHSCORE_MACHINE_EXAMPLES`` and ``_STEPS``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from batchscore.job.parse import load_job
+from batchscore.models.numeric.factories import mlp
+from batchscore.recipes.driver import run_job
+from batchscore.recipes.status import job_status
+from batchscore.work.row_hash import hash_column
+from tests.commands import run
+from tests.output.tiny import ARGS, SCHEMA, rows_job, write_rows
+
+pytestmark = pytest.mark.slow
+FEATURES = [f"x{j}" for j in range(4)]
+KILLS = ["after-rename", "before-record", "after-record", "model-batch", "retire-move",
+         "rewrite", "remove", "read-window"]  # fmt: skip
+
+
+class RowsFolder(RuleBasedStateMachine):
+    """The model: the current input files (name -> table); ids are unique across them."""
+
+    @initialize()
+    def setup(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="bs-rows-"))
+        self.inputs, self.out = self.root / "in", self.root / "out"
+        self.job = rows_job(self.root)
+        torch.manual_seed(0)
+        self.model = mlp(**ARGS).eval()  # the weights `rows_job` saved (the same seed)
+        self.files: dict[str, pa.Table] = {}
+        self.serial = 0
+        self.touched = False  # the input or output changed since batchscore last acted
+        self.append_rows("a.parquet", rows=5, seed=0)
+
+    def teardown(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def put(self, name: str, table: pa.Table | None) -> None:
+        """Write (or with None, delete) one input file, and remember it."""
+        path = self.inputs / name
+        if table is None:
+            path.unlink()
+            del self.files[name]
+        else:
+            write_rows(path, table)
+            self.files[name] = pa.table(table).cast(SCHEMA)
+        self.touched = True
+
+    def names(self) -> st.SearchStrategy[str]:
+        return st.sampled_from(sorted(self.files))
+
+    # -- the input --------------------------------------------------------------------------
+
+    @rule(name=st.sampled_from(["a.parquet", "b.parquet", "c.parquet"]),
+          rows=st.integers(1, 6), seed=st.integers(0, 2**16))  # fmt: skip
+    def append_rows(self, name: str, rows: int, seed: int) -> None:
+        x = np.random.default_rng(seed).normal(size=(rows, 4)).astype(np.float32)
+        ids = [f"r{self.serial + i}" for i in range(rows)]
+        self.serial += rows
+        new = pa.table({"id": ids, **{f: x[:, j] for j, f in enumerate(FEATURES)}})
+        old = self.files.get(name)
+        self.put(name, new if old is None else pa.concat_tables([old, new.cast(SCHEMA)]))
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data(), pick=st.integers(0, 2**16), delta=st.floats(0.5, 2.0))
+    def edit_row(self, data: st.DataObject, pick: int, delta: float) -> None:
+        name = data.draw(self.names())
+        rows = self.files[name].to_pydict()
+        if not rows["id"]:
+            return
+        rows["x1"][pick % len(rows["id"])] += delta
+        self.put(name, rows)
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data(), pick=st.integers(0, 2**16))
+    def delete_row(self, data: st.DataObject, pick: int) -> None:
+        name = data.draw(self.names())
+        table = self.files[name]
+        if table.num_rows:
+            keep = [i for i in range(table.num_rows) if i != pick % table.num_rows]
+            self.put(name, table.take(keep))
+
+    @precondition(lambda self: len(self.files) > 1)
+    @rule(data=st.data())
+    def delete_file(self, data: st.DataObject) -> None:
+        self.put(data.draw(self.names()), None)
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data(), to=st.sampled_from(["d.parquet", "e.parquet", "f.parquet"]))
+    def rename_file(self, data: st.DataObject, to: str) -> None:
+        name = data.draw(self.names())
+        if to in self.files:
+            return
+        (self.inputs / name).rename(self.inputs / to)
+        self.files[to] = self.files.pop(name)
+        self.touched = True
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data(), cut=st.integers(0, 2**16))
+    def split_file(self, data: st.DataObject, cut: int) -> None:
+        name = data.draw(self.names())
+        table = self.files[name]
+        at = cut % (table.num_rows + 1)
+        self.put(name, None)
+        self.put(f"s{self.serial}-0.parquet", table.slice(0, at))
+        self.put(f"s{self.serial}-1.parquet", table.slice(at))
+        self.serial += 1
+
+    @precondition(lambda self: len(self.files) > 1)
+    @rule(data=st.data())
+    def merge_files(self, data: st.DataObject) -> None:
+        first = data.draw(self.names())
+        second = data.draw(self.names().filter(lambda n: n != first))
+        merged = pa.concat_tables([self.files[second], self.files[first]])
+        self.put(first, None)
+        self.put(second, merged)
+
+    @precondition(lambda self: self.files)
+    @rule()
+    def compact(self) -> None:
+        """Every file into one, rows reversed, under a new name."""
+        everything = pa.concat_tables(self.files.values())
+        for name in list(self.files):
+            self.put(name, None)
+        self.put(
+            f"compact-{self.serial}.parquet",
+            everything.take(list(range(everything.num_rows))[::-1]),
+        )
+        self.serial += 1
+
+    # -- the output and runs ----------------------------------------------------------------
+
+    @rule(pick=st.integers(0, 2**16))
+    def delete_output_file(self, pick: int) -> None:
+        files = sorted(self.out.glob("part-*.parquet"))
+        if files:
+            files[pick % len(files)].unlink()
+            self.touched = True
+
+    @rule()
+    def run(self) -> None:
+        self.touched = False
+        assert run_job(load_job(self.job))["outcome"] == "ok"
+        self.check_complete()
+
+    @rule(point=st.sampled_from(KILLS), nth=st.integers(1, 3))
+    def kill(self, point: str, nth: int) -> None:
+        self.touched = False
+        done = run(self.job, faults=f"{point}@{nth}:kill")
+        assert done.returncode in (0, -9), done.stderr[-2000:]
+        if done.returncode == 0:
+            self.check_complete()
+        else:
+            event(f"killed at {point}")
+
+    # -- what must hold ---------------------------------------------------------------------
+
+    def glob(self) -> pa.Table:
+        tables = [pq.read_table(p) for p in sorted(self.out.rglob("*.parquet"))]
+        return pa.concat_tables(tables) if tables else pa.table({"id": pa.array([], pa.string())})
+
+    def expected(self) -> dict[str, tuple[int, int]]:
+        """The current input: id -> (its hash, its prediction)."""
+        current = pa.concat_tables(self.files.values())
+        x = torch.from_numpy(np.stack([current[f].to_numpy() for f in FEATURES], axis=1))
+        with torch.inference_mode():
+            predicted = self.model(x).argmax(dim=1).tolist()
+        hashes = hash_column(current, FEATURES).to_pylist()
+        return dict(
+            zip(current["id"].to_pylist(), zip(hashes, predicted, strict=True), strict=True)
+        )
+
+    def holds_the_input(self) -> None:
+        got = self.glob()
+        found = zip(got["id"].to_pylist(), got["_row_hash"].to_pylist(),
+                    got["prediction"].to_pylist(), strict=True)  # fmt: skip
+        assert {i: (h, p) for i, h, p in found} == self.expected()
+
+    def check_complete(self) -> None:
+        self.holds_the_input()
+        assert (self.out / "_SUCCESS").is_file()
+        status = job_status(load_job(self.job))
+        assert status["complete"] and status["increments"]["to_score"] == 0
+
+    @invariant()
+    def no_id_is_in_the_glob_twice(self) -> None:
+        if self.out.exists():
+            ids = self.glob()["id"].to_pylist()
+            assert len(ids) == len(set(ids))
+
+    @invariant()
+    def success_means_the_current_input_once(self) -> None:
+        if self.touched or not (self.out / "_SUCCESS").is_file():
+            return
+        event("_SUCCESS checked against the data glob")
+        self.holds_the_input()
+
+
+RowsFolder.TestCase.settings = settings(
+    max_examples=int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "6")),
+    stateful_step_count=int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "10")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestRowsFolder = RowsFolder.TestCase
