@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from batchscore.job.decoding import decoding_problems
 from batchscore.job.ranges import Ranges, unusable
-from batchscore.job.structured import STRUCTURE_KEYS, structure_problems
+from batchscore.job.structured import STRUCTURE_KEYS
 from batchscore.job.where import RowFilter
 
 Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
@@ -34,8 +35,6 @@ MAX_CHUNK_ROWS = 10_000_000  # rows in one unit of commit
 MAX_SAMPLE_ROWS = 1 << 16  # rows the quality gate scores twice
 MAX_NEW_TOKENS = 1 << 15  # tokens generated per row
 MAX_BEAMS = 64
-MAX_STOP_STRINGS = 16  # [generate].stop: each is matched to the vocabulary when the model loads
-MAX_STOP_CHARS = 256  # characters of one stop string: each step looks back over as many tokens
 MAX_REPETITION_PENALTY = 100.0  # [generate].repetition_penalty, and 1 / it the least
 MAX_TOP_K = 1 << 18  # above every vocabulary's size, where top-k is off anyway
 MAX_SENTENCES = 1 << 16  # sentences of one document ranked (and kept) by extractive summarize
@@ -299,27 +298,8 @@ class GenerateConfig:
         return None
 
     def problems(self) -> list[str]:
-        """What is wrong with these keys together (each message starts with its key): bounds
-        the schema cannot state, on the stop strings' count and length, and the structure keys
-        (whether the grammar itself is satisfiable is the model's check: it needs the engine)."""
-        found = structure_problems(self)
-        if self.system is not None and not self.chat:
-            found.append("system: a system message is a turn of the chat template; set chat = true")
-        if self.messages and not self.chat:
-            found.append(
-                "messages: a row's messages are rendered by the chat template; set chat = true"
-            )
-        if len(self.stop) > MAX_STOP_STRINGS:
-            found.append(f"stop: at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}")
-        for text in self.stop:
-            if not text:
-                found.append("stop: an empty string would end every row before its first token")
-            elif len(text) > MAX_STOP_CHARS:
-                found.append(
-                    f"stop: {text[:20]!r}... is {len(text)} characters long; at most "
-                    f"{MAX_STOP_CHARS}"
-                )
-        return found
+        """What is wrong with these keys together (`batchscore.job.decoding`)."""
+        return decoding_problems(self)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from batchscore.errors import JobError
-from batchscore.job.sections import MAX_NEW_TOKENS, MAX_STOP_CHARS
+from batchscore.job.decoding import MAX_STOP_CHARS
+from batchscore.job.sections import MAX_NEW_TOKENS
 from batchscore.job.structured import from_response_format
 from batchscore.models.generation.structure import Structure
 
