@@ -204,6 +204,20 @@ def test_by_shards_the_report_says_why_a_changed_shard_is_scored_whole(tmp_path:
 
 
 @pytest.mark.s3
+def test_increments_by_row_into_a_delta_table_is_refused_before_anything_runs(tmp_path: Path):
+    """Until the Delta table can follow a row retired from a file (a rewrite in place), the
+    two are refused together by `validate` and `run` (exit 2, naming both keys), with nothing
+    written."""
+    job = rows_job(tmp_path)
+    job.write_text(job.read_text().replace('path = "out"', 'path = "out"\nformat = "delta"'))
+    for command in ("validate", "run"):
+        result = invoke(command, str(job))
+        assert result.exit_code == 2, result.output
+        assert '[input].increments = "rows"' in result.output
+        assert '[output].format = "delta"' in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_increments_by_row_in_an_object_store(bucket: str, tmp_path: Path):
     """No rename in S3: a partly retired file is rewritten as one whole-object upload."""
     out = f"{bucket}/out"
