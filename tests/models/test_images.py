@@ -436,3 +436,16 @@ def test_pictures_in_an_object_store(bucket: str, tmp_path: Path, clip_path: Pat
     assert errors[:2] == [None, None] and "gone.png" in errors[2]
     got = np.array(out.column("embedding").to_pylist()[:2], np.float32)
     assert cosines(got, np.repeat(reference(clip_path, [good]), 2, 0)).min() >= 0.9999
+
+
+def test_without_pillow_an_image_job_names_the_extra(clip_path: Path, monkeypatch):
+    """Pillow is the `images` extra's: where it is missing (faked here by hiding the module,
+    as uninstalling it from the test environment is not an option) the encoding stops with
+    the extra's install line, before any row."""
+    import sys
+
+    from batchscore.models.vision.pictures import Pictures
+
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(JobError, match=r"batchscore\[images\]"):
+        Pictures(clip_path)

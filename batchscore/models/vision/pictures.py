@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from batchscore.errors import ModelError
+from batchscore.errors import JobError, ModelError
 from batchscore.files import Refused, read_shared
 from batchscore.storage.fs import filesystem, is_url, local_path
 from batchscore.work.folders import FOLDER
@@ -89,6 +89,17 @@ def encoded(value: Any, folder: str | None) -> bytes:
     return value
 
 
+def pillow() -> None:
+    """Pillow decodes the images; without it a job that reads images stops before its first
+    row with the extra that installs it, not a traceback at the first picture."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError as exc:
+        raise JobError(
+            "[input].image: decoding images needs Pillow: pip install 'batchscore[images]'"
+        ) from exc
+
+
 def known_formats() -> tuple[str, ...]:
     """`FORMATS` this Pillow can open (AVIF needs a Pillow built with it)."""
     from PIL import Image
@@ -130,6 +141,7 @@ class Pictures:
     """A model's image processor: a column of images to float32 pixels, row errors beside."""
 
     def __init__(self, folder: Path) -> None:
+        pillow()
         self.processor = load_processor(folder)
 
     def pixels(self, table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
