@@ -22,10 +22,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from batchscore.job.sections import Job
 from batchscore.measure.gate import Trial
+from batchscore.models.tasks import generates
 from batchscore.output.settled import Budget
 from batchscore.pipeline.stages import batches
-from batchscore.runtime.device import is_out_of_memory
+from batchscore.precision.table import precision
+from batchscore.runtime.device import is_out_of_memory, resolve_device
 
 log = logging.getLogger("batchscore")
 CPU_WORKING_SET = 128 * 2**20  # bytes of activations per batch on a CPU (MiniLM at 256: 4,096)
@@ -47,6 +50,7 @@ class Shape:
     heads: int
     positions: int | None = None  # the position table's length, where the model has one
     layers: int | None = None  # transformer blocks, where the config says
+    kv_heads: int | None = None  # key/value heads where fewer than the query heads (GQA, MQA)
 
     @property
     def linear_layers(self) -> int | None:
@@ -57,6 +61,12 @@ class Shape:
     def bytes_per_token(self, length: int, element: int) -> int:
         """Activation bytes one token costs in a batch of rows ``length`` tokens long."""
         return element * (self.widest + 4 * self.hidden + self.heads * length)
+
+    def cache_bytes_per_token(self, element: int) -> int:
+        """Bytes one token holds in a decoder's key/value cache for as long as its row
+        generates: a key and a value per layer, each the width of the key/value heads."""
+        kv_width = self.hidden * (self.kv_heads or self.heads) // self.heads
+        return element * 2 * (self.layers or 1) * kv_width
 
 
 def model_shape(model_path: Path) -> Shape | None:
@@ -83,7 +93,12 @@ def shape_of(config: dict[str, Any]) -> Shape | None:
     if hidden is None:
         return None
     positions = first(("max_position_embeddings", "n_positions", "n_ctx"))
-    return Shape(hidden, first(WIDEST) or 4 * hidden, first(HEADS) or 1, positions, first(LAYERS))
+    heads = first(HEADS) or 1
+    kv_heads = first(("num_key_value_heads", "multi_query_group_num"))
+    if config.get("multi_query") is True:  # GPT-BigCode's single key/value head
+        kv_heads = 1
+    kv = kv_heads if kv_heads is not None and kv_heads < heads else None
+    return Shape(hidden, first(WIDEST) or 4 * hidden, heads, positions, first(LAYERS), kv)
 
 
 def power_of_two_below(value: float) -> int:
@@ -95,20 +110,32 @@ def power_of_two_above(value: float) -> int:
 
 
 def shape_budget(
-    shape: Shape | None, *, device: torch.device, dtype: torch.dtype, longest: int
+    shape: Shape | None,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    longest: int,
+    generates: bool = False,
 ) -> tuple[int, str]:
     """The budget the shape allows on ``device``, never below ``longest`` (the longest unit, in
-    tokens, which must fit a batch alone); and why."""
+    tokens, which must fit a batch alone); and why. A generating model's tokens also hold its
+    key/value cache while their rows decode (the continuous loop seats rows up to the budget's
+    tokens, prompts and new tokens counted), so on a GPU that cache counts beside them."""
     floor = power_of_two_above(longest)
     if shape is None:
         return max(DEFAULT, floor), "the default (no config.json tells the model's shape)"
-    per_token = shape.bytes_per_token(longest, torch.empty((), dtype=dtype).element_size())
+    element = torch.empty((), dtype=dtype).element_size()
+    per_token = shape.bytes_per_token(longest, element)
     what = (
         f"from the model's shape (hidden {shape.hidden}, widest layer {shape.widest}, "
         f"{shape.heads} heads; rows up to {longest} tokens: {per_token / 1024:.1f} KiB of "
         "activations per token"
     )
     if device.type == "cuda":
+        if generates:
+            cache = shape.cache_bytes_per_token(element)
+            per_token += cache
+            what += f" and {cache / 1024:.1f} KiB of key/value cache"
         free, _ = torch.cuda.mem_get_info(device)
         budget = min(max(power_of_two_below(free / 2 / per_token), GPU_MIN), GPU_MAX)
         return max(budget, floor), f"{what}, half of the {free / 2**30:.1f} GiB free)"
@@ -124,7 +151,13 @@ def longest_unit(shape: Shape | None, max_length: int | None, sample_longest: in
 
 
 def choose_budget(
-    chosen: Trial, model_path: Path, table: pa.Table, *, max_length: int | None, max_rows: int
+    chosen: Trial,
+    model_path: Path,
+    table: pa.Table,
+    *,
+    max_length: int | None,
+    max_rows: int,
+    generates: bool = False,
 ) -> Budget:
     """The budget for the run's model (the chosen trial's): from its shape, and on a GPU
     probed with one batch of the sample's rows, halved until it fits."""
@@ -134,7 +167,9 @@ def choose_budget(
     shape = model_shape(model_path)
     longest = longest_unit(shape, max_length, int(sizes.max()) if len(sizes) else 1)
     longest += encoded.reserve if max_length else 0
-    budget, why = shape_budget(shape, device=executor.device, dtype=executor.dtype, longest=longest)
+    budget, why = shape_budget(
+        shape, device=executor.device, dtype=executor.dtype, longest=longest, generates=generates
+    )
     if executor.device.type == "cuda" and len(sizes):
         fits = probe(chosen, encoded, budget, max_rows=max_rows, floor=power_of_two_above(longest))
         if fits != budget:
@@ -165,3 +200,13 @@ def probe(chosen: Trial, encoded: Any, budget: int, *, max_rows: int, floor: int
             executor.release_memory()
             log.info("max_tokens = auto: %d ran out of memory; trying %d", budget, budget // 2)
             budget //= 2
+
+
+def planned_budget(job: Job, model_path: Path) -> int:
+    """The budget "auto" derives from the model's shape on this device, without loading it."""
+    device = resolve_device(job.model.device)
+    name = "fp32" if job.model.precision == "auto" else job.model.precision
+    shape = model_shape(model_path)
+    longest = longest_unit(shape, job.model.max_length, 1)
+    kind, dtype = generates(job.model, model_path), precision(name).dtype
+    return shape_budget(shape, device=device, dtype=dtype, longest=longest, generates=kind)[0]

@@ -39,6 +39,7 @@ from batchscore.measure.choose import choose_precision
 from batchscore.measure.gate import Trial, trial
 from batchscore.measure.load import job_sample, trial_budget
 from batchscore.models.embed import calibrates, measured_ranges
+from batchscore.models.tasks import generates
 from batchscore.observe.progress import stage
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.contents import footer_precision, footer_ranges
@@ -121,6 +122,7 @@ def settle(
             table,
             max_length=job.model.max_length,
             max_rows=job.batching.max_rows,
+            generates=generates(job.model, model_path),
         )
         log.info("max_tokens = auto: %s", budget_choice.why)
     ranges = measured_ranges(chosen.task) if calibrates(job.task) else None

@@ -42,6 +42,8 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from batchscore.errors import JobError, WriteError
+from batchscore.job.sections import Job
+from batchscore.output.contents import lineage
 from batchscore.output.manifest import FileFacts
 from batchscore.storage.layout import part_key, part_name
 from batchscore.storage.store import Store
@@ -81,6 +83,14 @@ def storage_options(url: str) -> dict[str, str]:
     """What `deltalake` needs beyond the store's standard chain: plain-HTTP endpoints (an
     ``AWS_ENDPOINT_URL`` on loopback) are allowed, as pyarrow's filesystems allow them."""
     return {"allow_http": "true"} if urlsplit(url).scheme in ("s3", "s3a") else {}
+
+
+def delta_table(job: Job, store: Store) -> Table | None:
+    """The job's output as a Delta table, where `[output].format` asks for one (None for a
+    folder of Parquet files alone)."""
+    if job.output.format != "delta":
+        return None
+    return Table(store, lineage=lineage(job))
 
 
 class Table:

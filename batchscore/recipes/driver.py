@@ -44,8 +44,8 @@ from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, check_claim
 from batchscore.output.committer import Committer
-from batchscore.output.contents import file_metadata, lineage, output_schema
-from batchscore.output.delta import Table
+from batchscore.output.contents import file_metadata, output_schema
+from batchscore.output.delta import delta_table
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending
 from batchscore.output.settled import Decision
@@ -98,8 +98,7 @@ def run_job(
         retry = Retry()  # transient I/O errors, in and out, retried and counted for the report
         ckpt = Checkpoint(job.output.path, retry)
         ckpt.store.check()  # a file, a read-only or unwritable place: before anything is written
-        if job.output.format == "delta":  # the folder is a Delta table (`output.delta`)
-            ckpt.table = Table(ckpt.store, lineage=lineage(job))
+        ckpt.table = delta_table(job, ckpt.store)  # where the folder is a Delta table too
         started = time.time()
         run_id = Path(report_name(started, os.getpid())).stem  # every log record of the run has it
         with (

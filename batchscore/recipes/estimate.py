@@ -28,7 +28,7 @@ import pyarrow as pa
 from batchscore.errors import OverLimitError
 from batchscore.job.sections import Job
 from batchscore.measure.auto import calibration_s, prospects
-from batchscore.measure.budget import longest_unit, model_shape, shape_budget
+from batchscore.measure.budget import model_shape, planned_budget
 from batchscore.measure.cache import Entry, open_cache
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
@@ -110,15 +110,6 @@ def plan_job(
 
 def with_budget(job: Job, budget: int) -> Job:
     return dataclasses.replace(job, batching=dataclasses.replace(job.batching, max_tokens=budget))
-
-
-def planned_budget(job: Job, model_path: Path) -> int:
-    """The budget "auto" derives from the model's shape on this device, without loading it."""
-    device = resolve_device(job.model.device)
-    name = "fp32" if job.model.precision == "auto" else job.model.precision
-    shape = model_shape(model_path)
-    longest = longest_unit(shape, job.model.max_length, 1)
-    return shape_budget(shape, device=device, dtype=precision(name).dtype, longest=longest)[0]
 
 
 def usable(reports: Iterable[dict[str, Any]], precision: str) -> dict[str, Any] | None:

@@ -54,6 +54,34 @@ def test_a_gpu_budget_is_half_the_free_memory_over_the_activations_per_token(gpu
     ] == (32768)
 
 
+def test_a_generating_models_gpu_budget_leaves_room_for_its_key_value_cache(gpu):
+    """The continuous loop seats rows up to the budget's tokens, each holding its keys and
+    values in every layer while it decodes: a GPU budget for a generating model counts that
+    cache beside the activations, so budget x (activations + cache) stays within the half of
+    the free memory it was sized from (CUDA faked: this machine has no GPU). A model with
+    fewer key/value heads (grouped-query attention) holds less and gets more."""
+    from batchscore.measure.budget import shape_of
+
+    gpu.free = 2**33
+    config = {"hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+              "num_hidden_layers": 32, "max_position_embeddings": 2048}  # fmt: skip
+    shape = shape_of(config)
+    cuda, half = torch.device("cuda"), torch.float16
+    scoring, _ = shape_budget(shape, device=cuda, dtype=half, longest=2048)
+    budget, why = shape_budget(shape, device=cuda, dtype=half, longest=2048, generates=True)
+    per_token = shape.bytes_per_token(2048, 2) + shape.cache_bytes_per_token(2)
+    assert shape.cache_bytes_per_token(2) == 2 * 2 * 32 * 4096  # a key and a value a layer
+    assert budget * per_token <= gpu.free / 2 < 2 * budget * per_token
+    assert budget < scoring and "key/value cache" in why
+    grouped = shape_of({**config, "num_key_value_heads": 8})
+    assert grouped.cache_bytes_per_token(2) == shape.cache_bytes_per_token(2) // 4
+    assert shape_budget(grouped, device=cuda, dtype=half, longest=2048, generates=True)[0] > budget
+    cpu = torch.device("cpu")  # a CPU's budget is its working set's: the cache is host memory
+    assert shape_budget(shape, device=cpu, dtype=half, longest=2048, generates=True) == (
+        shape_budget(shape, device=cpu, dtype=half, longest=2048)
+    )
+
+
 class OutOfMemoryTask:
     """A task whose model runs out of memory above ``fits`` tokens a batch (a mock: a real CUDA
     out-of-memory cannot happen on this CPU-only machine)."""
