@@ -127,6 +127,8 @@ class JsonUsage:
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if asked := asked_format(args):  # the last one given counts, as click takes it
             settings(ctx).log_format = asked
+        if any("\x00" in arg for arg in args):  # no path or value holds one (os.stat raises)
+            raise click.UsageError("an argument holds a NUL byte, which no path or value can", ctx)
         return super().parse_args(ctx, args)  # type: ignore[misc]
 
     def make_context(

@@ -78,7 +78,8 @@ def job_status(job: Job) -> dict[str, Any]:
             else:
                 status.state = "partial" if valid else "pending"
         shards.append(status)
-    gone = [] if job.input.by_rows else gone_shards(ckpt, committed, damaged, live=live, keys=live)
+    paths = {s.shard for s in shards}  # a gone shard's path may be input again, new
+    gone = [] if job.input.by_rows else gone_shards(ckpt, committed, damaged, live=paths, keys=live)
     current = [s for s in shards if s.state != "gone"]
     refused, model_error = judge(ckpt, job)
     retiring = any(plan["state"] == MOVING for _, plan in retirements(ckpt))

@@ -60,6 +60,10 @@ USAGE_ERRORS = [
     ["--log-format", "JSON", "run"],  # the job missing (the format's case is not a mistake)
     ["--log-format", "json", "validate", "--version"],  # a command has no --version
     ["-x", "--log-format", "json", "status"],
+    # a NUL byte in any argument (click's own path check raised ValueError: a traceback)
+    ["--log-format", "json", "check", "\x00"],
+    ["--log-format", "json", "run", "jobs/a\x00.toml"],
+    ["--log-format", "json", "run-batch", "-i", "\x00", "-o", "out.jsonl", "--model", "m"],
 ]
 
 

@@ -98,3 +98,22 @@ def test_a_model_file_gone_is_the_model_error_not_an_incomplete_output(tmp_path:
     checked = CliRunner().invoke(main, ["status", str(job), "--check"])
     assert checked.exit_code == 4, checked.output
     assert str(weights) in checked.stderr and "--restart" not in checked.output
+
+
+def test_a_path_that_left_and_came_back_is_its_new_shards_state(tmp_path: Path):
+    """A shard renamed away has its output moved to gone/; a new file later under the old
+    name is a shard of its own: once scored, status calls it done, not gone (the retirement's
+    plan names the old path, which must not hide the new input). Found by the output state
+    machine (tests/output/test_state_machine.py) after a change compared paths with keys."""
+    job = tiny_job(tmp_path)
+    inputs = tmp_path / "in"
+    write_shard(inputs / "zz.parquet", 6)
+    run_job(load_job(job))
+    (inputs / "zz.parquet").rename(inputs / "e.parquet")
+    run_job(load_job(job))  # zz's output moves to gone/, e is scored
+    write_shard(inputs / "zz.parquet", 5, seed=2)  # the old name, new rows
+    run_job(load_job(job))
+    status = job_status(load_job(job))
+    states = {Path(s["shard"]).name: s["state"] for s in status["shards"]}
+    assert states == {"e.parquet": "done", "zz.parquet": "done"}, status["shards"]
+    assert status["complete"]
