@@ -42,7 +42,16 @@ def flags() -> str:
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     line = next((x for x in lscpu.splitlines() if x.startswith("Flags")), "")
     have = set(line.split())
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+    wanted = (
+        "avx2",
+        "avx512f",
+        "avx512_vnni",
+        "avx_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_bf16",
+        "amx_int8",
+    )
     names = [x.split(":", 1)[1].strip() for x in lscpu.splitlines() if x.startswith("Model name")]
     name = names[0] if names else "?"
     return f"{name}; " + ", ".join(f"{f} {'yes' if f in have else 'no'}" for f in wanted)
@@ -150,7 +159,8 @@ def main() -> None:
 
     from batchscore.precision.table import available
 
-    fixed = [p for p in available(torch.device("cpu")) if p != "fp16"]
+    # every precision this CPU runs natively (fp16 only where it has AVX-512 FP16 or AMX-FP16)
+    fixed = available(torch.device("cpu"))
     # sentence-transformers in bf16 only where the CPU has bf16 units: emulated, it is several
     # times slower than its own fp32 and no user would keep it
     peers = ["fp32", "bf16"] if "bf16" in fixed else ["fp32"]

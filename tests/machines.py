@@ -44,7 +44,7 @@ MACHINES = {
     "avx512-vnni": Machine("avx512-vnni", {**AVX512, "avx512_vnni": True}),
     # Cooper Lake, AMD Zen 4/5 (EPYC Genoa, Turin): bf16 dot products and VNNI, no AMX
     "avx512-bf16": Machine("avx512-bf16", {**AVX512, "avx512_vnni": True, "avx512_bf16": True}),
-    # Sapphire Rapids and later: AMX tiles for bf16 and int8, AVX-512 FP16
+    # Sapphire and Emerald Rapids: AMX tiles for bf16 and int8, AVX-512 FP16 (no AMX-FP16)
     "amx": Machine(
         "amx",
         {
@@ -55,6 +55,20 @@ MACHINES = {
             "amx_tile": True,
             "amx_bf16": True,
             "amx_int8": True,
+        },
+    ),
+    # Granite Rapids: AMX-FP16 tiles as well
+    "amx-fp16": Machine(
+        "amx-fp16",
+        {
+            **AVX512,
+            "avx512_vnni": True,
+            "avx512_bf16": True,
+            "avx512_fp16": True,
+            "amx_tile": True,
+            "amx_bf16": True,
+            "amx_int8": True,
+            "amx_fp16": True,
         },
     ),
     # GPUs: Ampere and later have bf16 tensor cores; Turing (a T4) only emulates bf16

@@ -30,8 +30,9 @@ def bf16_native(device: torch.device) -> bool:
 
 
 def fp16_native(device: torch.device) -> bool:
-    """Every CUDA GPU; a CPU with AVX-512 FP16 or AMX-FP16 units (and oneDNN's kernels for
-    them). Elsewhere fp16 is converted in software (slow)."""
+    """Every CUDA GPU; a CPU with AMX-FP16 tiles (and oneDNN's kernels for them). Elsewhere
+    fp16 gains nothing on fp32 (AVX-512 FP16 without AMX-FP16: 1.07x torch's fp32, see
+    `batchscore.precision.cpu`) or is converted in software (slow)."""
     if device.type == "cuda":
         return True
     return cpu_has(*FP16_UNITS) and bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
@@ -51,7 +52,7 @@ def bf16_speedup(device: torch.device) -> float:
 
 
 def fp16_speedup(device: torch.device) -> float:
-    """As `bf16_speedup`: tensor cores, or AMX-FP16 tiles."""
+    """As `bf16_speedup`: tensor cores, or AMX-FP16 tiles (not measured here: no such CPU)."""
     return 2.0
 
 

@@ -162,6 +162,7 @@ FP32_SPEED = {
     "avx512-vnni": 8000.0,
     "avx512-bf16": 8000.0,
     "amx": 30000.0,
+    "amx-fp16": 30000.0,
     "cuda-ampere": 400_000.0,
     "cuda-turing": 150_000.0,
 }
