@@ -234,7 +234,8 @@ def record(chunk: Chunk, facts: FileFacts, bad_rows: int) -> dict[str, Any]:
     to skip the chunk on resume and to notice its shard change.
 
     ``rows`` are the output rows (those that passed `where`); ``filtered`` the input rows of
-    the chunk's range that did not.
+    the chunk's range that did not (none in a chunk that picked its rows by row: `where` was
+    applied when they were picked, and the rows it did not pick are not filtered).
     """
     return {
         "chunk": chunk.key,
@@ -244,7 +245,7 @@ def record(chunk: Chunk, facts: FileFacts, bad_rows: int) -> dict[str, Any]:
         "chunks": chunk.of,
         "start": chunk.start,
         "stop": chunk.stop,
-        "filtered": chunk.rows - facts.rows,
+        "filtered": chunk.picked - facts.rows,
         "bad_rows": bad_rows,
         "committed_at": time.time(),
     }

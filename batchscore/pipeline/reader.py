@@ -228,7 +228,7 @@ def picked_window(
     """Picked rows as one window, covering the input rows from ``covered`` to its last pick."""
     table = in_layout(chunk, pa.Table.from_batches([b for b, _ in taken]))
     kept = np.concatenate([k for _, k in taken])
-    return Rows(table, covered, int(kept[-1]) + 1 - covered, kept)
+    return Rows(table, covered, int(kept[-1]) + 1 - covered, kept, picked=True)
 
 
 def read_rows(

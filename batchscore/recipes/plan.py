@@ -177,7 +177,7 @@ def count(
                 continue
             table = window.table
             counts.rows += table.num_rows
-            counts.filtered += sum(p.rows.read for p in window.parts) - table.num_rows
+            counts.filtered += sum(p.rows.dropped for p in window.parts)
             counts.timing_rows.append(table.take(np.flatnonzero(pick.random(len(table)) < timing)))
             add_window(counts, window)
         return counts
@@ -190,7 +190,7 @@ def count(
             for rows in read_rows(chunk, columns, job.batching.window_rows, row_filter):
                 rows.table = with_folder(rows.table, chunk.shard.path, kinds)
                 counts.rows += rows.table.num_rows
-                counts.filtered += rows.read - rows.table.num_rows
+                counts.filtered += rows.dropped
                 kept = np.flatnonzero(pick.random(rows.table.num_rows) < timing)
                 counts.timing_rows.append(rows.table.take(kept))
                 picked = np.flatnonzero(rng.random(rows.table.num_rows) < fraction)

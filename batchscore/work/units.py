@@ -94,6 +94,14 @@ class Rows:
     offset: int  # shard row of the window's first input row
     read: int  # input rows the window covers, before `where`
     kept: np.ndarray | None = None  # with `where`: the shard row of each table row
+    picked: bool = False  # by rows: the chunk picked these rows (`Chunk.picks`)
+
+    @property
+    def dropped(self) -> int:
+        """Input rows `where` dropped from the window: none where the chunk picked its rows
+        (the diff applied `where`; the rows of the range it did not pick are committed
+        already or another increment's, not filtered)."""
+        return 0 if self.picked else self.read - self.table.num_rows
 
     def shard_row(self, r: int) -> int:
         """The shard row of the window's row ``r``, for messages."""

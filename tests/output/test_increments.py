@@ -83,6 +83,31 @@ def test_an_edited_row_is_scored_again_and_its_old_score_retired(setup):
     assert fresh["_row_hash"].num_chunks and fresh.num_rows == 1
 
 
+def test_rows_picked_from_a_range_are_not_counted_as_filtered(tmp_path: Path):
+    """Edited rows 1 and 6 of one shard are scored as a chunk that picks them from rows 1-6:
+    the four between are committed already, not dropped by `where` (the report said "4 input
+    rows dropped by [input].where" of a job with no `where`). With a `where`, what it drops
+    in a shard scored whole is still counted."""
+    job = rows_job(tmp_path, where="x3 > -100.0")
+    inputs = tmp_path / "in"
+    write_rows(inputs / "a.parquet", rows_table([f"a{i}" for i in range(10)]))
+    run_job(load_job(job))
+    a = pq.read_table(inputs / "a.parquet").to_pydict()
+    a["x0"][1] += 1.0
+    a["x0"][6] += 1.0
+    write_rows(inputs / "a.parquet", a)
+    planned = invoke("plan", str(job), "--json")
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(planned.output)["filtered"] == 0
+    report = run_job(load_job(job))
+    assert (report["rows"], report["rows_retired"], report["filtered"]) == (2, 2, 0)
+    b = rows_table([f"b{i}" for i in range(6)], seed=1).to_pydict()
+    b["x3"][2] = -1000.0  # dropped by `where`
+    write_rows(inputs / "b.parquet", b)
+    report = run_job(load_job(job))
+    assert (report["rows"], report["filtered"]) == (5, 1)
+
+
 def test_deleted_rows_are_retired_and_kept(setup):
     job, inputs, out = setup
     a = pq.read_table(inputs / "a.parquet")
