@@ -21,6 +21,7 @@ from batchscore.exits import (
     chosen_progress,
     configured,
     data,
+    leave,
     reports_errors,
     say,
     settings,
@@ -52,7 +53,11 @@ def console() -> None:
     """The `batchscore` command and `python -m batchscore`: a process of its own, so its
     start-up (interpreter, imports) is the run's first phase; `main` called from within another
     program (a test's runner) has no start-up of its own to count."""
-    main(obj={"process_started": process_start()})
+    try:
+        main(obj={"process_started": process_start()})
+    except SystemExit as done:
+        leave(done)
+    leave(SystemExit(0))
 
 
 def process_started() -> float | None:

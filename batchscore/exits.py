@@ -17,11 +17,12 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -352,3 +353,23 @@ def stopping_on_signals() -> Iterator[None]:
     finally:
         for number, old in previous.items():
             signal.signal(number, old)
+
+
+def leave(done: SystemExit) -> NoReturn:
+    """End the process with the command's exit status, without tearing the interpreter down.
+
+    With torch, pyarrow and polars loaded, the teardown (every module's objects freed, one by
+    one) takes 0.4 s on a 2-core Xeon: a seventh of an increment by rows over a million rows
+    (BENCHMARKS.md). Nothing of the output waits on it: a command commits every file
+    (or leaves it for the next start) before it returns, as the folder survives a SIGKILL at
+    any moment; the log's handlers and the standard streams are flushed here. Where Ray was
+    started, or the status is a message rather than a number, Python exits as usual.
+    """
+    code = done.code
+    if "ray" in sys.modules or not (code is None or isinstance(code, int)):
+        raise done
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe (`| head`): nothing left to say
+            stream.flush()
+    os._exit(code or 0)

@@ -1,11 +1,13 @@
 """Increments by row (`[input].increments = "rows"`): what a day's change costs against a full run,
 and the diff's peak memory over many rows.
 
-1. A folder of ``--rows`` rows (10 shards) on the tensor task (a small MLP over 4 features, so
-   scoring is not the bulk) is scored whole in a fresh process; then ``--appended`` rows are
-   appended to one shard and ``--edited`` rows edited in another, and the increment is run in
-   a fresh process. Prints both wall times (the process's, start-up included), their ratio,
-   and the increment's report: rows scored, rows retired.
+1. A folder of ``--rows`` rows (10 shards) on the tensor task (an MLP over 4 features, its
+   hidden widths ``--hidden``: by default one layer of 8, so scoring is not the bulk) is scored
+   whole in a fresh process; then ``--appended`` rows are appended to one shard and
+   ``--edited`` rows edited in another, and the increment is run in a fresh process. Prints
+   both wall times (the process's, start-up included), their ratio, the increment's report
+   (rows scored, rows retired, its phases) and, as the floor under any increment, a fresh
+   interpreter's time to import torch, pyarrow and polars.
 2. The diff alone (`batchscore.output.diff.row_diff`) over ``--diff-rows`` input rows against
    as many committed rows (synthetic committed files holding only `id` and `_row_hash`, as
    the diff reads them), in a fresh process: its wall time and peak resident memory (the
@@ -13,6 +15,7 @@ and the diff's peak memory over many rows.
 
     python scripts/bench_increments.py                          # 1,000,000 rows; a 10M diff
     python scripts/bench_increments.py --rows 100000 --diff-rows 1000000   # a quick look
+    python scripts/bench_increments.py --hidden 1024,1024 --diff-rows 0    # a wider model
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
-ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}
 SHARDS = 10
 
 
@@ -49,14 +51,15 @@ def write_input(data: Path, rows: int) -> None:
         pq.write_table(pa.table({"id": ids, **features(len(ids), s)}), data / f"s{s}.parquet")
 
 
-def write_job(folder: Path, data: Path) -> Path:
+def write_job(folder: Path, data: Path, hidden: list[int]) -> Path:
     import torch
     from safetensors.torch import save_file
 
     from batchscore.models.numeric.factories import mlp
 
     torch.manual_seed(0)
-    save_file(mlp(**ARGS).eval().state_dict(), str(folder / "mlp.safetensors"))
+    args = {"in_features": 4, "out_features": 3, "hidden": hidden}
+    save_file(mlp(**args).eval().state_dict(), str(folder / "mlp.safetensors"))
     job = folder / "job.toml"
     job.write_text(
         f"""[input]
@@ -76,7 +79,7 @@ path = "{folder / "out"}"
 [tensor]
 output = "class"
 factory = "mlp"
-factory_args = {{ in_features = 4, out_features = 3, hidden = [8] }}
+factory_args = {{ in_features = 4, out_features = 3, hidden = {hidden} }}
 """
     )
     return job
@@ -97,6 +100,13 @@ def timed_run(job: Path) -> tuple[float, dict]:
         raise SystemExit(f"run failed ({done.returncode}):\n{done.stderr[-3000:]}")
     runs = sorted((job.parent / "out/_batchscore/runs").glob("*.json"))
     return wall, json.loads(runs[-1].read_text())
+
+
+def imports_s() -> float:
+    """The wall time of a fresh interpreter that imports what any run imports, and exits."""
+    began = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch, pyarrow, polars"], check=True)
+    return time.perf_counter() - began
 
 
 def change(data: Path, appended: int, edited: int) -> None:
@@ -172,6 +182,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--appended", type=int, default=1_000)
     parser.add_argument("--edited", type=int, default=100)
+    parser.add_argument(
+        "--hidden",
+        default="8",
+        help="the MLP's hidden widths, comma-separated (8: scoring is almost free; 1024,1024: "
+        "a row costs what a mid-sized tabular model's does)",
+    )
     parser.add_argument("--diff-rows", type=int, default=10_000_000, help="0: skip")
     parser.add_argument("--folder", type=Path, default=None, help="default: a temporary one")
     args = parser.parse_args()
@@ -180,7 +196,7 @@ def main() -> None:
     run_folder.mkdir(parents=True, exist_ok=True)
     data = run_folder / "data"
     write_input(data, args.rows)
-    job = write_job(run_folder, data)
+    job = write_job(run_folder, data, [int(w) for w in args.hidden.split(",")])
     full_s, full = timed_run(job)
     change(data, args.appended, args.edited)
     inc_s, inc = timed_run(job)
@@ -191,6 +207,13 @@ def main() -> None:
         f"(the report's own wall: {inc['wall_s']:.2f} s of {full['wall_s']:.2f} s)"
     )
     print(f"  diff: {json.dumps(inc.get('increments'))}")
+    phases = ", ".join(f"{name} {s:.2f} s" for name, s in inc["phases"].items())
+    print(f"  the increment's time by phase (preparing: listing, the diff, retiring): {phases}")
+    floor = imports_s()
+    print(
+        f"  a fresh interpreter importing torch, pyarrow and polars alone: {floor:.2f} s = "
+        f"{100 * floor / full_s:.1f} % of the full run (no increment can take less)"
+    )
     if args.diff_rows:
         found = diff_memory(folder / "diff", args.diff_rows)
         print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import subprocess
 from pathlib import Path
 
 import click
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.output.lock import hold_lock
+from tests import commands
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -290,3 +292,63 @@ def test_status_check_exits_13_until_the_output_is_complete(embed_job: Path, tmp
     assert invoke("status", str(embed_job), "--check").exit_code == 0
     other = invoke("status", str(embed_job), "--check", "--set", "model.max_length=64")
     assert other.exit_code == 13 and "a run would refuse the folder" in other.stderr
+
+
+class Left(Exception):
+    """`os._exit`, caught: the status the process would have ended with."""
+
+
+@pytest.mark.parametrize(
+    ("done", "ends"),
+    [(SystemExit(0), 0), (SystemExit(None), 0), (SystemExit(13), 13), (SystemExit("no"), None)],
+)
+def test_the_command_ends_its_process_at_once_with_its_status(monkeypatch, done, ends):
+    """`console` ends the process with `os._exit` (the interpreter's teardown, 0.4 s with torch
+    loaded, is skipped), the command's status kept; a status that is a message exits as Python
+    does; where Ray was started, its shutdown hooks run (Python exits as usual)."""
+    import sys
+
+    from batchscore import exits
+
+    def exit_now(code: int) -> None:
+        raise Left(code)
+
+    monkeypatch.setattr(exits.os, "_exit", exit_now)
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    if ends is None:
+        with pytest.raises(SystemExit):
+            exits.leave(done)
+    else:
+        with pytest.raises(Left) as left:
+            exits.leave(done)
+        assert left.value.args == (ends,)
+    monkeypatch.setitem(sys.modules, "ray", sys)  # any module: Ray was imported
+    with pytest.raises(SystemExit) as usual:
+        exits.leave(done)
+    assert usual.value is done
+
+
+def test_a_command_in_its_own_process_says_everything_before_it_ends(embed_job: Path):
+    """A real process through pipes: the run's last summary line, `status --json` whole, and
+    each command's own exit status (2 for a job file that is not there, 13 from `status
+    --check` before the run) arrive although the process skips the interpreter's teardown."""
+    before = subprocess.run(
+        commands.command(embed_job, "--check", verb="status"), capture_output=True, text=True,
+        env=commands.environment(),
+    )  # fmt: skip
+    assert before.returncode == 13, before.stderr
+    done = subprocess.run(
+        commands.command(embed_job), capture_output=True, text=True, env=commands.environment()
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().splitlines()[-1].startswith("  output: "), done.stdout
+    status = subprocess.run(
+        commands.command(embed_job, "--json", verb="status"), capture_output=True, text=True,
+        env=commands.environment(),
+    )  # fmt: skip
+    assert status.returncode == 0 and json.loads(status.stdout)["complete"] is True
+    missing = subprocess.run(
+        commands.command(embed_job.parent / "none.toml", verb="validate"), capture_output=True,
+        text=True, env=commands.environment(),
+    )  # fmt: skip
+    assert missing.returncode == 2 and "job file not found" in missing.stderr

@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 from tests.conftest import ROOT, write_job
 
 DRIVER = """
-import runpy, sys
-sys.argv = ["batchscore", "run", sys.argv[1], "--progress", "off"]
+import sys
+from batchscore.cli import main  # the command, not `console`, which ends the process at once
 try:
-    runpy.run_module("batchscore", run_name="__main__", alter_sys=True)
+    main(["run", sys.argv[1], "--progress", "off"])
 except SystemExit as exc:
     assert not exc.code, f"the run failed: {exc.code}"
 lazy = ("transformers", "torch.", "huggingface_hub", "prometheus_client")

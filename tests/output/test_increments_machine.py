@@ -101,7 +101,7 @@ class RowsFolder(RuleBasedStateMachine):
         table = self.files[name]
         if table.num_rows:
             keep = [i for i in range(table.num_rows) if i != pick % table.num_rows]
-            self.put(name, table.take(keep))
+            self.put(name, table.take(pa.array(keep, pa.int64())))  # [] has no type of its own
 
     @precondition(lambda self: len(self.files) > 1)
     @rule(data=st.data())
