@@ -36,6 +36,8 @@ POINTS = (
     "gate-batch",  # before each model call on the quality gate's sample (`static.run_sample`)
     "retire-move",  # after each file a retirement moves out of the data files (see output.retire)
     "rewrite",  # by rows: a file rewritten without its retired rows, its record not yet written
+    "rewrite-table",  # by rows into Delta: the table swapped the old file for the new, no record
+    "rewrite-record",  # by rows into Delta: the new record written, the old one and file not gone
     "restart-unrecorded",  # --restart: commit records removed, data files not yet
     "remove",  # before each file batchscore deletes (see output.checkpoint.Checkpoint.remove)
     "restart-remove",  # --restart: before each file it removes, once the records are gone

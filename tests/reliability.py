@@ -32,11 +32,13 @@ def committed_files(out: Path) -> set[str]:
 
 
 def intended_files(out: Path) -> set[str]:
-    """The data files the intents in ``_batchscore/writing`` name (a group's, or one chunk's)."""
+    """The data files the intents in ``_batchscore/writing`` name (a group's, or one chunk's;
+    a rewrite under a new key names the file it replaces too)."""
     names = set()
     for path in (out / "_batchscore/writing").glob("*.json"):
         intent = json.loads(path.read_text())
-        names |= {entry["file"] for entry in intent.get("chunks", [intent])}
+        for entry in intent.get("chunks", [intent]):
+            names |= {entry["file"], *([entry["replaces"]["file"]] if "replaces" in entry else [])}
     return names
 
 

@@ -162,15 +162,6 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
         quality = replace(quality, cache_dir=resolve(base, quality.cache_dir))
     if output:
         output = replace(output, path=resolve(base, output.path))
-        if inp and inp.by_rows and output.format == "delta":
-            # A row retired from a file rewrites that file in place, which a Delta table's
-            # log (each file's size, rows and stats, added once) cannot follow: until the
-            # table learns row deletes by id, a job picks one of the two.
-            problems.append(
-                f'{source}: [input].increments = "rows" cannot write [output].format = "delta" '
-                "yet (rows retired from a file rewrite it in place, which the table's log does "
-                'not follow); use increments = "shards" with delta, or format = "parquet"'
-            )
         if inp and (problem := overlap_problem(inp.path, output.path)):
             problems.append(f"{source}: {problem}")
     if model:

@@ -226,14 +226,17 @@ class Checkpoint:
 
         A data file an intent names is the crashed attempt's only while it is the chunk's own
         name and what the intent says (same size and footer); anything else is left alone.
-        Staged files (under ``tmp/``) are no reader's: removing them leaves `_SUCCESS`.
+        Staged files (under ``tmp/``) are no reader's: removing them leaves `_SUCCESS`. A
+        rewrite under a new chunk key (in a Delta table) is `output.rewrite`'s to finish.
         """
         garbage = []
         committed = set(self.store.names(DONE))
         for rel, intents in self.intent_files():
+            if any("replaces" in intent for intent in intents):
+                continue  # `batchscore.output.rewrite.finish_rewrites` ends it
             for intent in intents:
                 key, file = intent["chunk"], intent["file"]
-                if "record" in intent:  # a rewrite (`output.increments`): roll it forward
+                if "record" in intent:  # a rewrite in place (`output.rewrite`): roll it forward
                     self.roll_forward(intent)
                 elif (
                     f"{key}.json" not in committed

@@ -18,10 +18,14 @@ Every step that deletes or moves a data file goes through `Checkpoint.remove` or
 under it.
 
 Retired output (a shard that left the input, a chunk un-committed, a ``--restart``) becomes a
-Delta delete: `Table.retire` removes whole chunks (one transaction for a whole retirement), or
-the rows a predicate picks (row-level increments). Each commit's info carries the lineage: the
-job, the model, the precision and the batchscore version (``custom_metadata``, as
-``DeltaTable.history()`` shows it), and which chunks it added or removed.
+Delta delete: `Table.retire` removes whole chunks (one transaction for a whole retirement). By
+rows, a file some of whose rows retire is never rewritten in place (the log names each file
+once, with its size and rows): its kept rows go to a new file under a new chunk key, and
+`Table.rewrite` swaps the two in one transaction (`batchscore.output.rewrite`), so the table's
+files and the committed chunks' files stay one set; `Table.reconcile` mends them at a run's
+start if anything left them apart. Each commit's info carries the lineage: the job, the model,
+the precision and the batchscore version (``custom_metadata``, as ``DeltaTable.history()``
+shows it), and which chunks it added or removed.
 
 Delta has no fixed-size lists and no unsigned integers, so a table's schema lists vectors as
 lists and widens unsigned integers to the next signed type (`fit`); the Parquet footers still
@@ -40,12 +44,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from batchscore.errors import JobError, WriteError
 from batchscore.job.sections import Job
 from batchscore.output.contents import lineage
 from batchscore.output.manifest import FileFacts
-from batchscore.storage.layout import part_key, part_name
+from batchscore.storage.layout import is_chunk_name, part_key, part_name
 from batchscore.storage.store import Store
 
 log = logging.getLogger("batchscore")
@@ -134,27 +139,29 @@ class Table:
         """Add the published data files of chunks (key, facts) to the table in one transaction
         (the table is made first, with their ``schema``, if there is none); a chunk already in
         it is left as it is, so the transaction is never made twice."""
-        from deltalake import DeltaTable, Transaction
-        from deltalake.transaction import AddAction
+        from deltalake import Transaction
 
         schema = schema.remove_metadata()
         if self.loaded() is None:
-            try:
-                DeltaTable.create(self.uri, schema, mode="ignore", storage_options=self.options)
-            except Exception as exc:
-                raise self.error("create", exc) from exc
-            self.dt = None
+            self.create(schema)
         fresh = [(key, facts) for key, facts in files if self.version_of(key) % 2 == 0]
         if not fresh:
             return
         now = int(time.time() * 1000)
-        adds = [
-            AddAction(part_name(k), f.size, {}, now, True, json.dumps({"numRecords": f.rows}))
-            for k, f in fresh
-        ]
+        adds = [add_action(k, f.size, f.rows, now) for k, f in fresh]
         txns = [Transaction(app_id(k), self.version_of(k) + 1) for k, _ in fresh]
         info = self.info("append", [k for k, _ in fresh], metadata)
         self.commit(adds, txns, info, schema, mode=self.mode_for(schema))
+
+    def create(self, schema: pa.Schema) -> None:
+        """Make the table, empty, with these columns (one that is there already is kept)."""
+        from deltalake import DeltaTable
+
+        try:
+            DeltaTable.create(self.uri, schema, mode="ignore", storage_options=self.options)
+        except Exception as exc:
+            raise self.error("create", exc) from exc
+        self.dt = None
 
     def mode_for(self, schema: pa.Schema) -> str:
         """ "append" while the table's columns are ``schema``'s; "overwrite" (which takes the
@@ -173,33 +180,15 @@ class Table:
             )
         return "overwrite"
 
-    def retire(self, keys: Iterable[str], *, where: str | None = None) -> int:
-        """Delete output from the table, as one transaction: the whole files of chunks
-        ``keys`` (those still in it; returns how many were), or, with ``where``, the rows
-        that SQL predicate picks in the whole table (row-level increments; returns the rows
-        deleted). Deleting rows rewrites their files under Delta's own names, so a chunk
-        whose rows were deleted so is no longer retired whole by its key."""
-        from deltalake import CommitProperties, Transaction
+    def retire(self, keys: Iterable[str]) -> int:
+        """Take the whole files of chunks ``keys`` out of the table, as one transaction (those
+        still in it; returns how many were)."""
+        from deltalake import Transaction
         from deltalake.transaction import RemoveAction
 
         keys = list(dict.fromkeys(keys))
-        if not keys and where is None:
+        if not keys or self.loaded() is None:
             return 0
-        dt = self.loaded()
-        if dt is None:
-            return 0
-        if where is not None:
-            try:
-                done = dt.delete(
-                    where,
-                    commit_properties=CommitProperties(
-                        custom_metadata=self.info("delete", keys, {}) | {"batchscore.where": where}
-                    ),
-                )
-            except Exception as exc:
-                raise self.error("delete rows from", exc) from exc
-            self.refresh()
-            return int(done.get("num_deleted_rows", 0))
         live = [k for k in keys if self.version_of(k) % 2 == 1]
         if not live:
             return 0
@@ -208,6 +197,73 @@ class Table:
         txns = [Transaction(app_id(k), self.version_of(k) + 1) for k in live]
         self.commit(removes, txns, self.info("delete", live, {}), None)
         return len(live)
+
+    def rewrite(self, old: str, new: str, *, size: int, rows: int) -> None:
+        """Swap chunk ``old``'s file for chunk ``new``'s (``size`` bytes, ``rows`` rows: the
+        old rows less those a retirement took, `batchscore.output.rewrite`) in one
+        transaction: a remove and an add, both chunks' versions moved on, so Delta readers see
+        the retired rows leave and nothing else. Done already, it does nothing."""
+        from deltalake import Transaction
+        from deltalake.transaction import RemoveAction
+
+        if self.loaded() is None:
+            return  # no table to follow: `reconcile` makes it from the records
+        now, actions, txns = int(time.time() * 1000), [], []
+        if (version := self.version_of(old)) % 2 == 1:
+            actions.append(RemoveAction(part_name(old), True, now))
+            txns.append(Transaction(app_id(old), version + 1))
+        if (version := self.version_of(new)) % 2 == 0:
+            actions.append(add_action(new, size, rows, now))
+            txns.append(Transaction(app_id(new), version + 1))
+        if actions:
+            info = self.info("rewrite", [new], {}) | {"batchscore.replaces": [old]}
+            self.commit(actions, txns, info, None)
+
+    def reconcile(self, committed: dict[str, dict[str, Any]]) -> None:
+        """Make the table's batchscore files the ``committed`` chunks' files (records whose
+        files are intact), in one transaction: a chunk file the table holds with no record
+        leaves it, and a record's file it lacks joins it (the table is made from the first
+        one's columns if there is none). A run keeps the two in step itself; this mends what
+        a kill at an unforeseen moment, or a hand on the log, left apart."""
+        from deltalake import Transaction
+        from deltalake.transaction import RemoveAction
+
+        if self.loaded() is None:
+            if not committed:
+                return
+            first = committed[min(committed)]["file"]
+            try:
+                with self.store.open_input(first) as fh:
+                    schema = pq.read_schema(fh)
+            except (OSError, pa.ArrowException) as exc:
+                raise self.error(f"read {first} to make", exc) from exc
+            self.create(fit(schema).remove_metadata())
+        live = self.chunks()
+        stray, missing = sorted(live - set(committed)), sorted(set(committed) - live)
+        if not stray and not missing:
+            return
+        log.warning(
+            "%s: the Delta table held %d file(s) no commit record names and lacked %d "
+            "committed one(s); mended",
+            self.uri,
+            len(stray),
+            len(missing),
+        )
+        now, actions, txns = int(time.time() * 1000), [], []
+        for key in stray:
+            actions.append(RemoveAction(part_name(key), True, now))
+            txns.append(Transaction(app_id(key), after(self.version_of(key), odd=False)))
+        for key in missing:
+            record = committed[key]
+            actions.append(add_action(key, record["size"], record["rows"], now))
+            txns.append(Transaction(app_id(key), after(self.version_of(key), odd=True)))
+        info = self.info("reconcile", missing, {}) | {"batchscore.removed": stray}
+        self.commit(actions, txns, info, None)
+
+    def chunks(self) -> set[str]:
+        """The chunks whose files the table holds (by name; another writer's files are not)."""
+        paths = pa.table(self.loaded().get_add_actions(flatten=False)).column("path")
+        return {part_key(p) for p in paths.to_pylist() if is_chunk_name(p)}
 
     def retire_files(self, rels: Iterable[str]) -> None:
         """`retire` the chunks whose data files ``rels`` name (other names are not the
@@ -250,6 +306,19 @@ class Table:
 
     def error(self, doing: str, exc: Exception) -> WriteError:
         return WriteError(f"{self.uri}: cannot {doing} the Delta table: {exc}")
+
+
+def add_action(key: str, size: int, rows: int, now: int) -> Any:
+    """The log's entry adding a chunk's data file (its row count as the file's statistics)."""
+    from deltalake.transaction import AddAction
+
+    return AddAction(part_name(key), size, {}, now, True, json.dumps({"numRecords": rows}))
+
+
+def after(version: int, *, odd: bool) -> int:
+    """The next application-transaction version above ``version`` that is odd (the chunk's
+    file in the table) or even (out of it)."""
+    return version + 1 if version % 2 != odd else version + 2
 
 
 # what of the data files' metadata goes into each commit's info

@@ -2,25 +2,23 @@
 
 A run by rows, at its start (after the clean-up of a killed run's files):
 
-1. finishes a retirement a killed run left half done, and un-commits chunks whose data file
-   is missing or changed (their rows are then simply not committed);
+1. finishes a retirement, or a rewrite, a killed run left half done, and un-commits chunks
+   whose data file is missing or changed (their rows are then simply not committed);
 2. diffs the input against the committed rows (`batchscore.output.diff`);
 3. retires the committed rows that no longer hold: a data file all of whose rows retire moves,
    whole, to ``_batchscore/gone/<stamp>/`` (`batchscore.output.retire`'s plan and moves); a
-   file some of whose rows retire is rewritten without them (`rewrite`), those rows kept in
-   the same folder;
+   file some of whose rows retire is rewritten without them (`batchscore.output.rewrite`: in
+   place, or under a new chunk key in a Delta table), those rows kept in the same folder;
 4. cuts the rows to score into chunks of at most `[output].chunk_rows`, each named with the
    run's label, so rows scored by a later increment land in files of their own.
 
 Every step is safe to cut off: what the diff finds is recomputed from the facts on disk at
-the next start, so a killed run leaves nothing that the next one trusts blindly. A rewrite
-replaces its file atomically (a rename, or an object's upload) after an intent naming the new
-file and its new record: the next start finds the file either as its record says (nothing
-happened) or as the intent says, and then writes the record (`Checkpoint.sweep`), so no row
-is ever in two committed files, nor lost.
+the next start, so a killed run leaves nothing that the next one trusts blindly; a rewrite is
+published after an intent, and the next start finishes or forgets it (see its module), so
+after it no row is in two committed files, nor lost. With a Delta table, the table's files
+are made the committed chunks' files before the diff (`Table.reconcile`).
 
-`retire_rows` is the one place that takes committed rows out of the output: a sink that is not
-a folder of Parquet files (a Delta table: a delete transaction) implements it its own way.
+`retire_rows` is the one place that takes committed rows out of the output.
 
 Nothing retires while some shard cannot be read (what left the input cannot be told from what
 was not read): the run scores the new rows of the others and fails those shards (exit 3).
@@ -34,28 +32,22 @@ import os
 import time
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from batchscore import faults
-from batchscore.errors import write_error
 from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.diff import RowDiff, int64s, row_diff
-from batchscore.output.manifest import FileFacts, facts_of_bytes, problems
+from batchscore.output.diff import RowDiff, row_diff
+from batchscore.output.manifest import problems
 from batchscore.output.pending import Pending, check_room, check_shard, read_footer
 from batchscore.output.retire import MOVING, carry_out, finish_retiring, summary
+from batchscore.output.rewrite import rewrite
 from batchscore.storage.layout import (
-    intent_name,
     kept_name,
     part_name,
     record_name,
     rejected_name,
     retirement_name,
-    staged_name,
 )
-from batchscore.work.row_errors import FIELD
 from batchscore.work.units import Chunk, Shard, chunks_of
 
 log = logging.getLogger("batchscore")
@@ -86,6 +78,8 @@ def pending_rows(
         plan.redone.append({"chunk": key, "file": record["file"], "why": said})
         if forget:
             ckpt.forget(key, record)
+    if forget and ckpt.table is not None:  # the table's files: the committed chunks' files
+        ckpt.table.reconcile(committed)
     readable, reference, rows_of = [], None, {}
     for shard in shards:
         footer = read_footer(shard)
@@ -185,7 +179,8 @@ def retire_rows(
     folder = rel.removesuffix(".json")
     ckpt.store.prepare(folder)
     for key in sorted(set(diff.retire) - set(whole)):
-        committed[key] = rewrite(ckpt, committed[key], diff.retire[key], folder=folder)
+        new = rewrite(ckpt, committed.pop(key), diff.retire[key], folder=folder)
+        committed[new["chunk"]] = new  # under a new key where the folder is a Delta table
     carry_out(ckpt, rel, plan)
     for key in whole:
         del committed[key]
@@ -198,58 +193,3 @@ def retire_rows(
         where,
     )
     return [{"kept": where, "rows": diff.to_retire, "files": len(diff.retire)}]
-
-
-def rewrite(
-    ckpt: Checkpoint, record: dict[str, Any], retired: np.ndarray, *, folder: str
-) -> dict[str, Any]:
-    """Rewrite a committed data file without its ``retired`` rows (kept in ``folder``), in
-    place: an intent naming the new file and its record, the file replaced atomically, then
-    the record (see the module's note). Returns the new record."""
-    store, key, file = ckpt.store, record["chunk"], record["file"]
-    table = store.read_table(file)
-    keep = np.setdiff1d(np.arange(table.num_rows), retired, assume_unique=True)
-    gone, kept_bytes = encoded(table.take(int64s(retired))), encoded(table.take(int64s(keep)))
-    publish_bytes(ckpt, gone, kept_name(folder + ".json", file))
-    facts = facts_of_bytes(kept_bytes, len(keep))
-    new = {**record, **facts.as_record(), "committed_at": time.time()}
-    new["bad_rows"] = bad_rows(table.take(int64s(keep)))
-    new["retired"] = record.get("retired", 0) + len(retired)
-    ckpt.intend([intent(key, file, facts, new)])
-    publish_bytes(ckpt, kept_bytes, file)
-    faults.hit("rewrite")
-    ckpt.write_json(record_name(key), new)
-    ckpt.remove(intent_name(key))
-    return new
-
-
-def intent(key: str, file: str, facts: FileFacts, record: dict[str, Any]) -> dict[str, Any]:
-    """A rewrite's intent: the file it publishes (as any intent names one) and the record
-    that commits it, which the next start writes if the file it finds is this one."""
-    return {"chunk": key, "file": file, **facts.as_record(), "record": record}
-
-
-def bad_rows(table: pa.Table) -> int:
-    """Rows written with an error (`on_error = "skip"`)."""
-    if FIELD.name not in table.column_names:
-        return 0
-    return table.num_rows - table.column(FIELD.name).null_count
-
-
-def encoded(table: pa.Table) -> pa.Buffer:
-    """A table as a Parquet file's bytes, its schema's metadata (the footer) kept."""
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
-
-
-def publish_bytes(ckpt: Checkpoint, data: pa.Buffer, rel: str) -> None:
-    """Stage ``data`` and publish it as ``rel``, replacing what is there, atomically."""
-    local = ckpt.tmp_dir / staged_name(rel, os.getpid())
-    try:
-        ckpt.store.stage(local, data)
-        ckpt.store.publish(local, rel)
-    except OSError as exc:
-        local.unlink(missing_ok=True)
-        raise write_error(ckpt.store.where(rel), exc) from exc

@@ -255,6 +255,8 @@ def stale(
             ckpt.forget(key, record)
         del committed[key]
     plan.gone += summary({k: r for k, r in committed.items() if shard_of(k) not in live})
+    if forget and ckpt.table is not None:  # the table's files: the committed chunks' files
+        ckpt.table.reconcile(committed)
     return committed
 
 

@@ -6,6 +6,7 @@ from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.increments import pending_rows
 from batchscore.output.pending import Pending, pending_work
+from batchscore.output.rewrite import finish_rewrites
 from batchscore.work.units import Shard
 
 
@@ -21,7 +22,10 @@ def to_do(
     label: str = "",
 ) -> Pending:
     """The pending chunks (`pending_work` by shard, `pending_rows` by row, the same plan);
-    ``forget=False`` (a dry run) changes nothing on disk; ``label`` names a run's increment."""
+    ``forget=False`` (a dry run) changes nothing on disk; ``label`` names a run's increment.
+    A rewrite by rows that a killed run left is finished first, whichever way this run goes."""
+    if forget:
+        finish_rewrites(ckpt)
     if inp.by_rows:
         return pending_rows(
             inp,

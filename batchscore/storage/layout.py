@@ -63,6 +63,14 @@ def shard_of(key: str) -> str:
     return key.rsplit("-", 1)[0]
 
 
+def successor_key(key: str, retirement: str) -> str:
+    """The key of the file that replaces chunk ``key``'s once a retirement (``retirement``:
+    its plan or folder) took some of its rows, where a file is never rewritten in place (a
+    Delta table's log names each file once, with its size and rows): a digest of both, and the
+    chunk's own number, so every name check that knows chunk keys knows it."""
+    return chunk_key(shard_key(f"{key}@{retirement}"), int(key.rsplit("-", 1)[1]))
+
+
 def part_name(key: str) -> str:
     """The data file of a chunk."""
     return f"part-{key}.parquet"

@@ -5,6 +5,7 @@ shards that leave the input leave the table as Delta deletes; every commit names
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -23,11 +24,11 @@ from batchscore.output.delta import Table, app_id, fit
 from batchscore.output.manifest import facts_of
 from batchscore.recipes.driver import run_job
 from batchscore.storage.disk import LocalStore
-from batchscore.storage.layout import chunk_key, part_name, shard_key
+from batchscore.storage.layout import chunk_key, is_chunk_name, part_name, shard_key, successor_key
 from batchscore.version import __version__
 from tests.commands import invoke, run
 from tests.conftest import read_output
-from tests.output.tiny import tiny_job, write_shard
+from tests.output.tiny import rows_job, tiny_job, write_shard
 
 deltalake = pytest.importorskip("deltalake", reason="the Delta tests need deltalake (dev extra)")
 
@@ -208,22 +209,71 @@ def test_adding_or_removing_a_chunk_twice_commits_once(tmp_path: Path):
     assert dt.history()[0]["batchscore.job"] == "unit"
 
 
-def test_rows_retired_by_a_predicate_are_a_delta_delete(tmp_path: Path):
-    """The hook row-level increments call: rows picked by a predicate leave the table in one
-    transaction that names its lineage and predicate; a second call deletes nothing."""
+def test_swapping_a_rewritten_file_commits_once(tmp_path: Path):
+    """`Table.rewrite` (by rows, a file less its retired rows, under a new chunk key): one
+    transaction removes the old file and adds the new, both chunks' versions moved on, with
+    the lineage; a second call (a resumed step) changes nothing."""
     out = tmp_path / "out"
     out.mkdir()
-    key = chunk_key(shard_key("a"), 0)
-    rows = pa.table({"id": ["a-0", "a-1", "a-2"]})
-    pq.write_table(rows, out / part_name(key))
+    old, new = chunk_key(shard_key("a"), 0), successor_key(chunk_key(shard_key("a"), 0), "r")
+    pq.write_table(pa.table({"id": ["a-0", "a-1", "a-2"]}), out / part_name(old))
+    pq.write_table(pa.table({"id": ["a-0", "a-2"]}), out / part_name(new))
     table = Table(LocalStore(out), lineage={"batchscore.job": "unit"})
-    table.append([(key, facts_of(out / part_name(key)))], schema=rows.schema, metadata={})
-    assert table.retire([], where="id IN ('a-0', 'a-2')") == 2
-    assert table.retire([], where="id IN ('a-0', 'a-2')") == 0
+    table.append(
+        [(old, facts_of(out / part_name(old)))],
+        schema=pa.schema([("id", pa.string())]),
+        metadata={},
+    )
+    facts = facts_of(out / part_name(new))
+    for _ in range(2):
+        table.rewrite(old, new, size=facts.size, rows=facts.rows)
     dt = deltalake.DeltaTable(str(out))
-    assert dt.to_pyarrow_table()["id"].to_pylist() == ["a-1"]
-    [delete] = [h for h in dt.history() if h.get("batchscore.where")]
-    assert delete["batchscore.job"] == "unit" and delete["batchscore.operation"] == "delete"
+    assert dt.to_pyarrow_table()["id"].to_pylist() == ["a-0", "a-2"] and dt.version() == 2
+    assert dt.transaction_version(app_id(old)) == 2 and dt.transaction_version(app_id(new)) == 1
+    swap = dt.history()[0]
+    assert swap["batchscore.operation"] == "rewrite" and swap["batchscore.job"] == "unit"
+    assert swap["batchscore.chunks"] == [new] and swap["batchscore.replaces"] == [old]
+    assert new != old and is_chunk_name(part_name(new))
+
+
+@pytest.mark.parametrize("by", ["shards", "rows"])
+def test_the_start_mends_a_table_whose_files_left_the_records(tmp_path: Path, by: str):
+    """A committed chunk whose file the table lost is added back, and a chunk file the table
+    holds with no record leaves it (the file itself, no record's, is left where it is), in
+    one transaction at the next start, by shards and by rows."""
+    job = delta_job(tmp_path) if by == "shards" else rows_job(tmp_path, fmt="delta")
+    ids = write_shard(tmp_path / "in/a.parquet", 10)
+    run_job(load_job(job))
+    out = tmp_path / "out"
+    table = Table(LocalStore(out), lineage={})
+    lost = min(Checkpoint(out).committed())
+    assert table.retire([lost]) == 1
+    stray = chunk_key(shard_key("not recorded"), 0)
+    pq.write_table(pq.read_table(out / part_name(lost)), out / part_name(stray))
+    schema = deltalake.DeltaTable(str(out)).schema().to_arrow()
+    table.append([(stray, facts_of(out / part_name(stray)))], schema=pa.schema(schema), metadata={})
+
+    report = run_job(load_job(job))
+
+    assert report["rows"] == 0
+    assert_consistent(out, ids)
+    dt = deltalake.DeltaTable(str(out))
+    [mend] = [h for h in dt.history() if h.get("batchscore.operation") == "reconcile"]
+    assert mend["batchscore.chunks"] == [lost] and mend["batchscore.removed"] == [stray]
+    assert dt.transaction_version(app_id(lost)) == 3 and dt.transaction_version(app_id(stray)) == 2
+    assert (out / part_name(stray)).is_file()
+
+
+def test_a_table_whose_log_was_deleted_is_made_again_from_the_records(tmp_path: Path):
+    """The records are the commit point: a table whose ``_delta_log`` a hand deleted is made
+    again at the next start, of every committed file, before the run's own appends."""
+    job = delta_job(tmp_path)
+    a = write_shard(tmp_path / "in/a.parquet", 6)
+    run_job(load_job(job))
+    shutil.rmtree(tmp_path / "out/_delta_log")
+    b = write_shard(tmp_path / "in/b.parquet", 3, seed=1)
+    assert run_job(load_job(job))["rows"] == 3
+    assert_consistent(tmp_path / "out", a + b)
 
 
 def test_restart_empties_the_table_and_takes_the_new_columns(tmp_path: Path):

@@ -2,13 +2,16 @@
 scored, so each change to the input scores exactly the rows that changed, wherever they now
 lie: rows appended, edited or deleted, files renamed, split, merged or compacted. Each test
 counts the rows scored and retired from the run report, and checks the data glob against the
-input, each current row once, nothing retired left in it."""
+input, each current row once, nothing retired left in it; in both output formats, and in a
+Delta table's also the table, as deltalake, polars and DuckDB read it: the same rows as the
+folder's committed files."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import deltalake
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -16,11 +19,20 @@ import pytest
 
 from batchscore.job.parse import load_job
 from batchscore.output import diff
+from batchscore.output.delta import storage_options
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.fs import filesystem
 from tests.commands import invoke
-from tests.output.tiny import SCHEMA, rows_job, rows_table, tiny_job, write_rows
+from tests.output.tiny import (
+    SCHEMA,
+    committed_rows,
+    delta_rows,
+    rows_job,
+    rows_table,
+    tiny_job,
+    write_rows,
+)
 
 
 def glob_ids(out: Path) -> list[str]:
@@ -39,6 +51,10 @@ def check(out: Path, inputs: Path) -> None:
     assert sorted(glob["id"].to_pylist()) == sorted(rows["id"].to_pylist())
     assert len(set(glob["id"].to_pylist())) == glob.num_rows
     assert (out / "_SUCCESS").is_file()
+    if (out / "_delta_log").is_dir():  # the table: the committed rows, the input's, once
+        table = delta_rows(out)
+        assert table == committed_rows(out)
+        assert sorted(i for i, _ in table) == sorted(rows["id"].to_pylist())
 
 
 def scored(job: Path) -> tuple[int, int]:
@@ -48,10 +64,11 @@ def scored(job: Path) -> tuple[int, int]:
     return report["rows"], report["rows_retired"]
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A job by rows over ``in/a.parquet`` (10 rows) and ``in/b.parquet`` (6), all scored."""
-    job = rows_job(tmp_path)
+@pytest.fixture(params=["parquet", "delta"])
+def setup(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Path, Path, Path]:
+    """A job by rows over ``in/a.parquet`` (10 rows) and ``in/b.parquet`` (6), all scored,
+    in each output format."""
+    job = rows_job(tmp_path, fmt=request.param)
     inputs = tmp_path / "in"
     write_rows(inputs / "a.parquet", rows_table([f"a{i}" for i in range(10)]))
     write_rows(inputs / "b.parquet", rows_table([f"b{i}" for i in range(6)], seed=1))
@@ -81,6 +98,15 @@ def test_an_edited_row_is_scored_again_and_its_old_score_retired(setup):
     glob = pa.concat_tables(pq.read_table(p) for p in out.rglob("*.parquet"))
     fresh = glob.filter(pa.compute.equal(glob["id"], "a4"))
     assert fresh["_row_hash"].num_chunks and fresh.num_rows == 1
+    if (out / "_delta_log").is_dir():  # each file that lost a row: one rewrite, with lineage
+        history = deltalake.DeltaTable(str(out)).history()
+        rewrites = [h for h in history if h.get("batchscore.operation") == "rewrite"]
+        assert len(rewrites) == 1  # a4 and a7 lie in one chunk (rows 4-7)
+        for commit in rewrites:
+            assert commit["batchscore.job"] == "job" and commit["batchscore.precision"] == "fp32"
+            [old], [new] = commit["batchscore.replaces"], commit["batchscore.chunks"]
+            assert old != new and not (out / f"part-{old}.parquet").exists()
+            assert (out / f"part-{new}.parquet").is_file()
 
 
 def test_rows_picked_from_a_range_are_not_counted_as_filtered(tmp_path: Path):
@@ -229,24 +255,12 @@ def test_by_shards_the_report_says_why_a_changed_shard_is_scored_whole(tmp_path:
 
 
 @pytest.mark.s3
-def test_increments_by_row_into_a_delta_table_is_refused_before_anything_runs(tmp_path: Path):
-    """Until the Delta table can follow a row retired from a file (a rewrite in place), the
-    two are refused together by `validate` and `run` (exit 2, naming both keys), with nothing
-    written."""
-    job = rows_job(tmp_path)
-    job.write_text(job.read_text().replace('path = "out"', 'path = "out"\nformat = "delta"'))
-    for command in ("validate", "run"):
-        result = invoke(command, str(job))
-        assert result.exit_code == 2, result.output
-        assert '[input].increments = "rows"' in result.output
-        assert '[output].format = "delta"' in result.output
-    assert not (tmp_path / "out").exists()
-
-
-def test_increments_by_row_in_an_object_store(bucket: str, tmp_path: Path):
-    """No rename in S3: a partly retired file is rewritten as one whole-object upload."""
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_increments_by_row_in_an_object_store(bucket: str, tmp_path: Path, fmt: str):
+    """No rename in S3: a partly retired file is rewritten as one whole-object upload (in a
+    Delta table, under a new name, swapped for the old in the table's log)."""
     out = f"{bucket}/out"
-    job, inputs = rows_job(tmp_path, output=out), tmp_path / "in"
+    job, inputs = rows_job(tmp_path, output=out, fmt=fmt), tmp_path / "in"
     write_rows(inputs / "a.parquet", rows_table([f"a{i}" for i in range(10)]))
     write_rows(inputs / "b.parquet", rows_table([f"b{i}" for i in range(6)], seed=1))
     assert scored(job) == (16, 0)
@@ -261,6 +275,10 @@ def test_increments_by_row_in_an_object_store(bucket: str, tmp_path: Path):
     glob = [i.path for i in infos if i.is_file and i.path.endswith(".parquet")]
     ids = [i for p in glob for i in pq.read_table(p, filesystem=fs)["id"].to_pylist()]
     assert sorted(ids) == sorted(input_rows(inputs)["id"].to_pylist())
+    if fmt == "delta":
+        dt = deltalake.DeltaTable(out, storage_options=storage_options(out))
+        assert sorted(dt.to_pyarrow_table(columns=["id"])["id"].to_pylist()) == sorted(ids)
+        assert len(dt.file_uris()) == len(glob)
     assert scored(job) == (0, 0)
 
 
@@ -275,3 +293,29 @@ def test_a_shard_that_cannot_be_read_retires_nothing(setup):
         [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(6)] + ["c0"]
     )
     assert not (out / "_SUCCESS").exists()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_rows_with_an_error_stay_listed_with_their_file_when_it_is_rewritten(
+    tmp_path: Path, fmt: str
+):
+    """A row written with its error (`on_error = "skip"`) stays listed in `rejected/` beside
+    the record of the file that holds it, when a retirement rewrites that file (in a Delta
+    table, under a new chunk key: the listing moves with it)."""
+    job, inputs = rows_job(tmp_path, fmt=fmt), tmp_path / "in"
+    rows = rows_table([f"a{i}" for i in range(4)]).to_pydict()
+    rows["x1"][1] = None  # a1 cannot be scored: written with its error, listed
+    write_rows(inputs / "a.parquet", rows)
+    skip = ["output.on_error=skip", "output.max_bad_share=0.5"]
+    assert run_job(load_job(job, skip))["rows"] == 4
+    rows["x0"][2] += 1.0  # an edit in the same chunk: its file loses a2's old row
+    write_rows(inputs / "a.parquet", rows)
+    report = run_job(load_job(job, skip))
+    assert (report["rows"], report["rows_retired"]) == (1, 1)
+    done = tmp_path / "out/_batchscore"
+    records = [json.loads(p.read_text()) for p in (done / "done").glob("*.json")]
+    [held] = [r for r in records if r["bad_rows"]]
+    assert held["bad_rows"] == 1 and held["rows"] == 3
+    [listing] = (done / "rejected").glob("*.jsonl")
+    assert listing.name == f"{held['chunk']}.jsonl" and '"a1"' in listing.read_text()
+    check(tmp_path / "out", inputs)

@@ -1,9 +1,11 @@
 """Exactly once under kills, by rows: an incremental run (rows appended, edited and deleted, a
 file deleted whole and one renamed) SIGKILLed at each fault point of its work, in a real
-subprocess. After the kill, no id is in the data glob twice, and `_SUCCESS`, where present,
-means the glob matches the input; after the next run, the data glob holds each current input
-row exactly once with its current hash and score (those of a clean run over the same input),
-and no retired row."""
+subprocess, in both output formats. After the kill, no id is twice in what a reader reads (the
+data glob; a Delta table, through its log, whose glob may hold a rewritten file beside the one
+it replaces until the next start), and `_SUCCESS`, where present, means it matches the input;
+after the next run, the data glob holds each current input row exactly once with its current
+hash and score (those of a clean run over the same input), and no retired row, and a Delta
+table holds exactly the folder's committed rows, as deltalake, polars and DuckDB read it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import shutil
 import signal
 from pathlib import Path
 
+import deltalake
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,12 +23,19 @@ from batchscore import faults
 from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from tests.commands import run
-from tests.output.tiny import SCHEMA, rows_job, rows_table, write_rows
+from tests.output.tiny import (
+    SCHEMA,
+    committed_rows,
+    delta_rows,
+    rows_job,
+    rows_table,
+    write_rows,
+)
 from tests.reliability import assert_nothing_uncommitted_visible
 
 # each with the hit it is killed at: the scoring of new rows (a chunk's commit protocol, the
 # model, the reader), the retirement of old ones (a whole file's move, a file's rewrite), and
-# the deletes along the way
+# the deletes along the way (in a Delta rewrite, the second is the old file's, its record gone)
 POINTS = [
     "after-temp-write@2",
     "after-fsync@1",
@@ -41,7 +51,17 @@ POINTS = [
     "rewrite@1",
     "rewrite@2",
     "remove@1",
+    "remove@2",
 ]
+# a Delta table's own: a chunk's table commit, and a rewrite's steps under a new chunk key
+# (the old file out of and the new one into the table; the new record; see output.rewrite)
+DELTA_POINTS = [
+    "after-table-commit@1",
+    "rewrite-table@1",
+    "rewrite-table@3",
+    "rewrite-record@2",
+]
+CASES = [("parquet", p) for p in POINTS] + [("delta", p) for p in POINTS + DELTA_POINTS]
 
 
 def rows_of(out: Path) -> dict[str, tuple[int, list[float]]]:
@@ -74,9 +94,16 @@ def change(inputs: Path) -> None:
     (inputs / "d.parquet").rename(inputs / "d2.parquet")
 
 
-def first_run(root: Path) -> Path:
+def table_ids(out: Path) -> list[str]:
+    """The ids a Delta reader reads (through the log), sorted; an id held twice fails."""
+    ids = sorted(deltalake.DeltaTable(str(out)).to_pyarrow_table(columns=["id"])["id"].to_pylist())
+    assert len(set(ids)) == len(ids), "an id is in the Delta table twice"
+    return ids
+
+
+def first_run(root: Path, fmt: str = "parquet") -> Path:
     """A folder by rows under ``root``, its first run committed; returns its job file."""
-    job = rows_job(root)
+    job = rows_job(root, fmt=fmt)
     for name, rows, seed in (("a", 12, 0), ("b", 8, 1), ("c", 5, 2), ("d", 6, 3)):
         ids = [f"{name}{i}" for i in range(rows)]
         write_rows(root / f"in/{name}.parquet", rows_table(ids, seed))
@@ -95,20 +122,20 @@ def clean(tmp_path_factory) -> dict[str, tuple[int, list[float]]]:
     return rows_of(root / "out")
 
 
-@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize(("fmt", "point"), CASES)
 def test_a_kill_at_each_point_of_an_incremental_run_leaves_each_row_once(
-    tmp_path: Path, clean, point: str
+    tmp_path: Path, clean, fmt: str, point: str
 ):
-    job, inputs, out = first_run(tmp_path), tmp_path / "in", tmp_path / "out"
+    job, inputs, out = first_run(tmp_path, fmt), tmp_path / "in", tmp_path / "out"
     change(inputs)
 
     killed = run(job, faults=f"{point}:kill")
 
     assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
     assert_nothing_uncommitted_visible(out)
-    after_kill = rows_of(out)  # no id twice, even now
+    read = table_ids(out) if fmt == "delta" else sorted(rows_of(out))  # no id twice, even now
     if (out / "_SUCCESS").exists():
-        assert sorted(after_kill) == ids_of(inputs)
+        assert read == ids_of(inputs)
     report = run_job(load_job(job))
     assert report["outcome"] == "ok" and (out / "_SUCCESS").is_file()
     found = rows_of(out)
@@ -116,13 +143,18 @@ def test_a_kill_at_each_point_of_an_incremental_run_leaves_each_row_once(
     for i, (_, scores) in found.items():  # each current row once, current hash and score
         assert np.allclose(scores, clean[i][1], atol=1e-5), i
     assert sorted(clean) == ids_of(inputs)
+    if fmt == "delta":  # the table: the folder's committed rows, the clean run's
+        want = sorted((i, h) for i, (h, _) in clean.items())
+        assert delta_rows(out) == committed_rows(out) == want
     assert run_job(load_job(job))["rows"] == 0  # and nothing is left to do
 
 
 def test_every_fault_point_of_a_run_is_killed_at():
     """A fault point added later is added here too. Not reached by an increment: the
-    restart's own (`--restart`'s), the quality gate's batches (an increment's folder settled
-    its precision on its first run, so it measures nothing) and the Delta table's commit (by
-    rows into a Delta table is refused when the job loads)."""
-    unreached = {"restart-unrecorded", "restart-remove", "gate-batch", "after-table-commit"}
-    assert {p.split("@")[0] for p in POINTS} == set(faults.POINTS) - unreached
+    restart's own (`--restart`'s) and the quality gate's batches (an increment's folder
+    settled its precision on its first run, so it measures nothing). The Delta table's
+    commit and a rewrite's steps under a new key are reached in a Delta table only."""
+    unreached = {"restart-unrecorded", "restart-remove", "gate-batch"}
+    assert {p.split("@")[0] for _, p in CASES} == set(faults.POINTS) - unreached
+    delta_only = {p.split("@")[0] for p in DELTA_POINTS}
+    assert delta_only == {"after-table-commit", "rewrite-table", "rewrite-record"}

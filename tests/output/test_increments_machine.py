@@ -5,6 +5,11 @@ point. After every step: no id is in the data glob twice, and wherever batchscor
 `_SUCCESS` present means the data glob holds exactly the current input's rows, each with its
 current hash and score; after every run that ended well, that holds and `status` says complete.
 
+The same machine runs over a Delta table (`RowsDeltaFolder`), where what a reader reads is the
+table: no id is in it twice after any step (a glob may hold a rewritten file beside the one it
+replaces until the next start), and after every run that ended well it holds exactly the
+folder's committed rows.
+
 A tiny MLP over 4 feature columns (the tensor task) keeps runs short; kills run `batchscore
 run` in a real subprocess. More examples: ``BATCHSCORE_MACHINE_EXAMPLES`` and ``_STEPS``.
 """
@@ -15,6 +20,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import deltalake
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,22 +36,25 @@ from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from batchscore.work.row_hash import hash_column
 from tests.commands import run
-from tests.output.tiny import ARGS, SCHEMA, rows_job, write_rows
+from tests.output.tiny import ARGS, SCHEMA, committed_rows, delta_rows, rows_job, write_rows
 
 pytestmark = pytest.mark.slow
 FEATURES = [f"x{j}" for j in range(4)]
 KILLS = ["after-rename", "before-record", "after-record", "model-batch", "retire-move",
          "rewrite", "remove", "read-window"]  # fmt: skip
+DELTA_KILLS = ["after-table-commit", "rewrite-table", "rewrite-record"]  # a Delta table's own
 
 
 class RowsFolder(RuleBasedStateMachine):
     """The model: the current input files (name -> table); ids are unique across them."""
 
+    fmt = "parquet"  # [output].format
+
     @initialize()
     def setup(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="bs-rows-"))
         self.inputs, self.out = self.root / "in", self.root / "out"
-        self.job = rows_job(self.root)
+        self.job = rows_job(self.root, fmt=self.fmt)
         torch.manual_seed(0)
         self.model = mlp(**ARGS).eval()  # the weights `rows_job` saved (the same seed)
         self.files: dict[str, pa.Table] = {}
@@ -101,7 +110,7 @@ class RowsFolder(RuleBasedStateMachine):
         table = self.files[name]
         if table.num_rows:
             keep = [i for i in range(table.num_rows) if i != pick % table.num_rows]
-            self.put(name, table.take(pa.array(keep, pa.int64())))  # [] has no type of its own
+            self.put(name, table.take(pa.array(keep, pa.int64())))  # typed: [] is null's
 
     @precondition(lambda self: len(self.files) > 1)
     @rule(data=st.data())
@@ -147,7 +156,7 @@ class RowsFolder(RuleBasedStateMachine):
             self.put(name, None)
         self.put(
             f"compact-{self.serial}.parquet",
-            everything.take(list(range(everything.num_rows))[::-1]),
+            everything.take(pa.array(range(everything.num_rows)[::-1], pa.int64())),
         )
         self.serial += 1
 
@@ -180,7 +189,9 @@ class RowsFolder(RuleBasedStateMachine):
 
     def glob(self) -> pa.Table:
         tables = [pq.read_table(p) for p in sorted(self.out.rglob("*.parquet"))]
-        return pa.concat_tables(tables) if tables else pa.table({"id": pa.array([], pa.string())})
+        if tables:
+            return pa.concat_tables(tables)
+        return pa.table({"id": [], "_row_hash": [], "prediction": []})  # every row retired
 
     def expected(self) -> dict[str, tuple[int, int]]:
         """The current input: id -> (its hash, its prediction)."""
@@ -207,7 +218,7 @@ class RowsFolder(RuleBasedStateMachine):
 
     @invariant()
     def no_id_is_in_the_glob_twice(self) -> None:
-        if self.out.exists():
+        if self.out.exists() and self.fmt == "parquet":
             ids = self.glob()["id"].to_pylist()
             assert len(ids) == len(set(ids))
 
@@ -219,10 +230,39 @@ class RowsFolder(RuleBasedStateMachine):
         self.holds_the_input()
 
 
-RowsFolder.TestCase.settings = settings(
+class RowsDeltaFolder(RowsFolder):
+    """The same, writing a Delta table, killed at its own fault points too."""
+
+    fmt = "delta"
+
+    @rule(point=st.sampled_from([*KILLS, *DELTA_KILLS]), nth=st.integers(1, 3))
+    def kill(self, point: str, nth: int) -> None:
+        super().kill(point, nth)
+
+    def check_complete(self) -> None:
+        super().check_complete()
+        if (self.out / "_delta_log").is_dir() or committed_rows(self.out):  # else: no commit
+            assert delta_rows(self.out) == committed_rows(self.out)  # yet, and no table
+
+    @invariant()
+    def no_id_is_in_the_table_twice(self) -> None:
+        """Read where every file the table names is there: a table naming a file a hand
+        deleted fails every reader until the next run takes it out."""
+        if not (self.out / "_delta_log").is_dir():
+            return
+        dt = deltalake.DeltaTable(str(self.out))
+        if all(Path(uri).is_file() for uri in dt.file_uris()):
+            ids = dt.to_pyarrow_table(columns=["id"])["id"].to_pylist()
+            assert len(ids) == len(set(ids))
+
+
+SETTINGS = settings(
     max_examples=int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "6")),
     stateful_step_count=int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "10")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+RowsFolder.TestCase.settings = SETTINGS
+RowsDeltaFolder.TestCase.settings = SETTINGS
 TestRowsFolder = RowsFolder.TestCase
+TestRowsDeltaFolder = RowsDeltaFolder.TestCase

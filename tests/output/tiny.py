@@ -10,13 +10,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import deltalake
+import duckdb
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from duckdb_extensions import import_extension
 from safetensors.torch import save_file
 
 from batchscore.models.numeric.factories import mlp
+from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.delta import app_id
+from batchscore.storage.layout import part_name
 from tests.conftest import write_job
 
 ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}
@@ -37,8 +44,9 @@ def tiny_job(root: Path, output: str = "out", chunk_rows: int = 4) -> Path:
     )
 
 
-def rows_job(root: Path, output: str = "out", **extra: str) -> Path:
-    """The tiny tensor job, by rows (`[input].increments = "rows"`); ``extra`` [input] keys."""
+def rows_job(root: Path, output: str = "out", fmt: str = "parquet", **extra: str) -> Path:
+    """The tiny tensor job, by rows (`[input].increments = "rows"`), writing ``fmt``
+    (`[output].format`: "parquet" or "delta"); ``extra`` [input] keys."""
     tiny_job(root)
     return write_job(
         root / "job.toml",
@@ -51,7 +59,7 @@ def rows_job(root: Path, output: str = "out", **extra: str) -> Path:
         },
         model={"task": "tensor", "path": "mlp.safetensors", "threads": 1},
         batching={"max_rows": 8, "window_rows": 4},
-        output={"path": output, "chunk_rows": 4},
+        output={"path": output, "chunk_rows": 4, "format": fmt},
         tensor={"output": "class", "factory": "mlp", "factory_args": ARGS},
     )
 
@@ -118,3 +126,33 @@ def undeletable(path: Path, fallback: str) -> Iterator[str]:
     finally:
         if made:
             subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def delta_rows(out: Path) -> list[tuple[str, int]]:
+    """The (id, `_row_hash`) pairs of the Delta table at ``out``, sorted, as deltalake, polars'
+    ``read_delta`` and DuckDB's ``delta_scan`` each read them (they must agree), once the
+    table's live files are checked to be exactly the committed chunks' files, each committed
+    chunk's application transaction odd (its file in the table)."""
+    dt = deltalake.DeltaTable(str(out))
+    committed = Checkpoint(out).committed()
+    assert {Path(uri).name for uri in dt.file_uris()} == {part_name(k) for k in committed}
+    assert all(dt.transaction_version(app_id(key)) % 2 == 1 for key in committed)
+    table = dt.to_pyarrow_table(columns=["id", "_row_hash"])
+    found = sorted(zip(table["id"].to_pylist(), table["_row_hash"].to_pylist(), strict=True))
+    frame = pl.read_delta(str(out), columns=["id", "_row_hash"])
+    assert sorted(frame.iter_rows()) == found
+    con = duckdb.connect()
+    import_extension("delta", con=con)
+    con.execute("LOAD delta")
+    scanned = con.execute(f"select id, _row_hash from delta_scan('{out}')").fetchall()
+    assert sorted(scanned) == found
+    return found
+
+
+def committed_rows(out: Path) -> list[tuple[str, int]]:
+    """The (id, `_row_hash`) pairs of the folder's committed data files, sorted."""
+    pairs = []
+    for record in Checkpoint(out).committed().values():
+        t = pq.read_table(out / record["file"], columns=["id", "_row_hash"])
+        pairs += zip(t["id"].to_pylist(), t["_row_hash"].to_pylist(), strict=True)
+    return sorted(pairs)
