@@ -20,6 +20,11 @@ from batchscore.precision.int8_linear import weight_levels
 
 AVX2 = {"avx": True, "avx2": True, "fma3": True}
 AVX512 = {**AVX2, "avx512_f": True, "avx512_bw": True, "avx512_vl": True, "avx512_dq": True}
+AMX = {
+    **AVX512,
+    **dict.fromkeys(("avx512_vnni", "avx512_bf16", "avx512_fp16"), True),
+    **dict.fromkeys(("amx_tile", "amx_bf16", "amx_int8"), True),
+}
 
 
 @dataclass(frozen=True)
@@ -45,32 +50,9 @@ MACHINES = {
     # Cooper Lake, AMD Zen 4/5 (EPYC Genoa, Turin): bf16 dot products and VNNI, no AMX
     "avx512-bf16": Machine("avx512-bf16", {**AVX512, "avx512_vnni": True, "avx512_bf16": True}),
     # Sapphire and Emerald Rapids: AMX tiles for bf16 and int8, AVX-512 FP16 (no AMX-FP16)
-    "amx": Machine(
-        "amx",
-        {
-            **AVX512,
-            "avx512_vnni": True,
-            "avx512_bf16": True,
-            "avx512_fp16": True,
-            "amx_tile": True,
-            "amx_bf16": True,
-            "amx_int8": True,
-        },
-    ),
+    "amx": Machine("amx", AMX),
     # Granite Rapids: AMX-FP16 tiles as well
-    "amx-fp16": Machine(
-        "amx-fp16",
-        {
-            **AVX512,
-            "avx512_vnni": True,
-            "avx512_bf16": True,
-            "avx512_fp16": True,
-            "amx_tile": True,
-            "amx_bf16": True,
-            "amx_int8": True,
-            "amx_fp16": True,
-        },
-    ),
+    "amx-fp16": Machine("amx-fp16", {**AMX, "amx_fp16": True}),
     # GPUs: Ampere and later have bf16 tensor cores; Turing (a T4) only emulates bf16
     "cuda-ampere": Machine("cuda-ampere", AVX512, gpu_major=8, gpu_name="NVIDIA A100 (faked)"),
     "cuda-turing": Machine("cuda-turing", AVX2, gpu_major=7, gpu_name="Tesla T4 (faked)"),
