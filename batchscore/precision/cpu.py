@@ -11,8 +11,8 @@ import torch
 
 BF16_UNITS = ("avx512_bf16", "amx_bf16")  # bf16 dot products: Cooper Lake, Zen 4, Sapphire Rapids
 # fp16 matrix products: AMX-FP16 (Granite Rapids). AVX-512 FP16 alone (Sapphire Rapids) is not
-# enough: MiniLM ran fp16 at 1.07x torch's fp32 there, slower than fp32 on OpenVINO (a whole
-# job 22.7 s against 18.4 s), where bf16 on AMX ran 4x (docs/benchmarks/2026-12.md, AMX)
+# enough: MiniLM ran fp16 at 1.17x torch's fp32 there, slower than fp32 on OpenVINO (a whole
+# job 22.7 s against 18.4 s), where bf16 on AMX ran 3.9x (docs/studies/cpu_dtypes_study.py)
 FP16_UNITS = ("amx_fp16",)
 VNNI_UNITS = ("avx512_vnni", "avx_vnni", "amx_int8")  # int8 dot products into int32
 

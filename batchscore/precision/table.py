@@ -31,7 +31,7 @@ def bf16_native(device: torch.device) -> bool:
 
 def fp16_native(device: torch.device) -> bool:
     """Every CUDA GPU; a CPU with AMX-FP16 tiles (and oneDNN's kernels for them). Elsewhere
-    fp16 gains nothing on fp32 (AVX-512 FP16 without AMX-FP16: 1.07x torch's fp32, see
+    fp16 gains nothing on fp32 (AVX-512 FP16 without AMX-FP16: 1.17x torch's fp32, see
     `batchscore.precision.cpu`) or is converted in software (slow)."""
     if device.type == "cuda":
         return True

@@ -45,7 +45,7 @@ def test_an_avx512_cpu_without_bf16_units_is_not_bf16_native(fake_machine):
 
 def test_an_amx_cpu_without_amx_fp16_is_not_fp16_native(fake_machine):
     """AVX-512 FP16 without AMX-FP16 (Sapphire Rapids): oneDNN has fp16 kernels, but MiniLM ran
-    1.07x torch's fp32 in them, slower than fp32 on OpenVINO (measured on such a CPU), so fp16
+    1.17x torch's fp32 in them, slower than fp32 on OpenVINO (measured on such a CPU), so fp16
     is not offered; Granite Rapids' AMX-FP16 tiles are."""
     fake_machine("amx")
     assert torch.ops.mkldnn._is_mkldnn_fp16_supported()
