@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from batchscore.errors import JobError
+
 
 @functools.cache
 def parse(where: str) -> Any:
@@ -81,6 +83,18 @@ class RowFilter:
         except Exception as exc:  # polars raises its own error types, whose text quotes rows
             raise WhereError(redact(str(exc))) from None
         return rows.to_numpy().astype(np.int64)
+
+    def keep_in(self, table: pa.Table, path: str, offset: int) -> np.ndarray:
+        """`keep` for rows ``offset`` on of the shard at ``path``: a predicate that cannot be
+        evaluated there is the job's error (exit 2), naming the file and the rows."""
+        try:
+            return self.keep(table)
+        except WhereError as exc:
+            raise JobError(
+                f"[input].where = {self.where!r} cannot be evaluated on {path} (rows "
+                f"{offset}-{offset + table.num_rows}): {exc}; fix the expression (compare "
+                "columns with values of their own type)"
+            ) from None
 
 
 class WhereError(ValueError):

@@ -32,9 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from batchscore.errors import InputDataError, JobError
+from batchscore.errors import InputDataError
 from batchscore.job.sections import ROW_HASH, InputConfig
-from batchscore.job.where import WhereError
 from batchscore.storage.store import Store
 from batchscore.work.columns import normalized
 from batchscore.work.row_hash import hashed_columns, row_hashes, value_words
@@ -251,13 +250,7 @@ def input_keys(
             table = normalized(pa.Table.from_batches([batch]))
             rows = np.arange(offset, offset + table.num_rows, dtype=np.int64)
             if row_filter is not None:
-                try:
-                    keep = row_filter.keep(table)
-                except WhereError as exc:
-                    raise JobError(
-                        f"[input].where = {row_filter.where!r} cannot be evaluated on "
-                        f"{shard.path} (rows {offset}-{offset + table.num_rows}): {exc}"
-                    ) from None
+                keep = row_filter.keep_in(table, shard.path, offset)
                 diff.filtered += table.num_rows - len(keep)
                 table, rows = table.take(int64s(keep)), rows[keep]
             offset += batch.num_rows

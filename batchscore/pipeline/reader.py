@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from batchscore import faults
-from batchscore.errors import InputDataError, JobError
-from batchscore.job.where import RowFilter, WhereError
+from batchscore.errors import InputDataError
+from batchscore.job.where import RowFilter
 from batchscore.storage.fs import is_url
 from batchscore.work.columns import normalized
 from batchscore.work.shards import ShardChangedError, check_unchanged, open_shard, read_error
@@ -243,14 +243,7 @@ def read_rows(
     for table in read_windows(chunk, columns, window_rows):
         read, kept = table.num_rows, None
         if row_filter is not None:
-            try:
-                positions = row_filter.keep(table)
-            except WhereError as exc:
-                raise JobError(
-                    f"[input].where = {row_filter.where!r} cannot be evaluated on "
-                    f"{chunk.shard.path} (rows {offset}-{offset + read}): {exc}; fix the "
-                    "expression (compare columns with values of their own type)"
-                ) from None
+            positions = row_filter.keep_in(table, chunk.shard.path, offset)
             table, kept = table.take(positions), offset + positions
         yield Rows(table, offset, read, kept)
         offset += read
