@@ -11,6 +11,10 @@ hit of ``point`` (every hit when ``@n`` is absent), do ``action``:
   the input) before it sends SIGCONT, however fast the machine would otherwise have finished;
 - ``enospc`` / ``eacces`` / ``eio``: raise that OSError (disk full, permission, transient I/O);
 - ``oom``: raise ``torch.OutOfMemoryError``; ``oom>N``: only for batches over N padded tokens.
+
+`traced` counts every point a block passes, arming nothing: a test runs the next step once so
+traced on a copy of its folder, then kills the real step at a hit it will really make (a kill
+armed at a point the step never reaches would end as a normal run and pass unnoticed).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,6 +60,8 @@ class Fault:
 
 
 _armed: dict[str, Fault] = {}
+_traced: list[Counter[str]] = []  # the counts of an open `traced` block, if any
+_tracing = threading.Lock()  # points are hit from the reader, model and writer threads
 
 
 def parse(spec: str) -> dict[str, Fault]:
@@ -88,8 +96,23 @@ def armed(spec: str) -> Iterator[None]:
         _armed.clear()
 
 
+@contextmanager
+def traced() -> Iterator[Counter[str]]:
+    """Count the hits of every point in a block (in this process), by point."""
+    counts: Counter[str] = Counter()
+    _traced.append(counts)
+    try:
+        yield counts
+    finally:
+        _traced.remove(counts)
+
+
 def hit(point: str, tokens: int = 0) -> None:
     """Fire the fault armed at ``point``, if any; a no-op dictionary lookup otherwise."""
+    if _traced:
+        with _tracing:
+            for counts in _traced:
+                counts[point] += 1
     fault = _armed.get(point)
     if fault is None:
         return

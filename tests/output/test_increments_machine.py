@@ -1,7 +1,8 @@
 """Increments by row as a state machine, beside the output folder's (`test_state_machine.py`):
 random sequences of rows appended, edited and deleted, files renamed, split, merged and
-compacted, committed files deleted, runs, and runs SIGKILLed at a random hit of a random fault
-point. After every step: no id is in the data glob twice, and wherever batchscore acted last,
+compacted, committed files deleted, runs, and runs SIGKILLed at a hit of a fault point the run
+really makes (`tests.kills`: the run is traced first, and the kill is asserted to have
+happened). After every step: no id is in the data glob twice, and wherever batchscore acted last,
 `_SUCCESS` present means the data glob holds exactly the current input's rows, each with its
 current hash and score; after every run that ended well, that holds and `status` says complete.
 
@@ -10,8 +11,10 @@ table: no id is in it twice after any step (a glob may hold a rewritten file bes
 replaces until the next start), and after every run that ended well it holds exactly the
 folder's committed rows.
 
-A tiny MLP over 4 feature columns (the tensor task) keeps runs short; kills run `batchscore
-run` in a real subprocess. More examples: ``BATCHSCORE_MACHINE_EXAMPLES`` and ``_STEPS``.
+Each machine runs until it has killed a run at every point in its list at least once (a
+point never reached fails the test) and prints the points it reached. A tiny MLP over 4
+feature columns (the tensor task) keeps runs short; kills run `batchscore run` in a real
+subprocess. The long run (``-m soak``): ``BATCHSCORE_MACHINE_EXAMPLES`` and ``_STEPS`` more.
 """
 
 from __future__ import annotations
@@ -35,13 +38,27 @@ from batchscore.models.numeric.factories import mlp
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
 from batchscore.work.row_hash import hash_column
-from tests.commands import run
+from tests.kills import Kills, until_reached
 from tests.output.tiny import ARGS, SCHEMA, committed_rows, delta_rows, rows_job, write_rows
 
 pytestmark = pytest.mark.slow
 FEATURES = [f"x{j}" for j in range(4)]
-KILLS = ["after-rename", "before-record", "after-record", "model-batch", "retire-move",
-         "rewrite", "remove", "read-window"]  # fmt: skip
+# every point an incremental run passes: a chunk's commit protocol, the model, the reader,
+# a whole file's retirement, a file's rewrite, the deletes along the way
+KILLS = [
+    "after-temp-write",
+    "write-chunk",
+    "after-fsync",
+    "after-rename",
+    "before-record",
+    "write-record",
+    "after-record",
+    "model-batch",
+    "read-window",
+    "retire-move",
+    "rewrite",
+    "remove",
+]
 DELTA_KILLS = ["after-table-commit", "rewrite-table", "rewrite-record"]  # a Delta table's own
 
 
@@ -49,6 +66,7 @@ class RowsFolder(RuleBasedStateMachine):
     """The model: the current input files (name -> table); ids are unique across them."""
 
     fmt = "parquet"  # [output].format
+    kills = Kills(KILLS, KILLS)  # replaced by each test
 
     @initialize()
     def setup(self) -> None:
@@ -83,8 +101,11 @@ class RowsFolder(RuleBasedStateMachine):
 
     # -- the input --------------------------------------------------------------------------
 
-    @rule(name=st.sampled_from(["a.parquet", "b.parquet", "c.parquet"]),
-          rows=st.integers(1, 6), seed=st.integers(0, 2**16))  # fmt: skip
+    @rule(
+        name=st.sampled_from(["a.parquet", "b.parquet", "c.parquet"]),
+        rows=st.integers(1, 6),
+        seed=st.integers(0, 2**16),
+    )
     def append_rows(self, name: str, rows: int, seed: int) -> None:
         x = np.random.default_rng(seed).normal(size=(rows, 4)).astype(np.float32)
         ids = [f"r{self.serial + i}" for i in range(rows)]
@@ -175,15 +196,31 @@ class RowsFolder(RuleBasedStateMachine):
         assert run_job(load_job(self.job))["outcome"] == "ok"
         self.check_complete()
 
-    @rule(point=st.sampled_from(KILLS), nth=st.integers(1, 3))
-    def kill(self, point: str, nth: int) -> None:
+    @rule(pick=st.integers(0, 2**16))
+    def kill(self, pick: int) -> None:
         self.touched = False
-        done = run(self.job, faults=f"{point}@{nth}:kill")
-        assert done.returncode in (0, -9), done.stderr[-2000:]
-        if done.returncode == 0:
+        if not self.kills.kill(self.job, self.out, pick):
             self.check_complete()
-        else:
-            event(f"killed at {point}")
+
+    @precondition(lambda self: len(self.files) > 1)
+    @rule(data=st.data(), pick=st.integers(0, 2**16))
+    def kill_while_a_file_leaves(self, data: st.DataObject, pick: int) -> None:
+        """A file's committed rows retire whole (after a run, where it has none): the kill
+        lands among the moves of its data files to gone/ as often as among the rest."""
+        if not (self.out / "_SUCCESS").is_file():
+            self.run()
+        self.delete_file(data)
+        self.kill(pick)
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data(), pick=st.integers(0, 2**16), delta=st.floats(0.5, 2.0))
+    def kill_while_a_row_retires(self, data: st.DataObject, pick: int, delta: float) -> None:
+        """A committed row edited (after a run, where none is committed), so that its file is
+        rewritten without it: the kill lands among the rewrite's steps as often as elsewhere."""
+        if not (self.out / "_SUCCESS").is_file():
+            self.run()
+        self.edit_row(data, pick, delta)
+        self.kill(pick)
 
     # -- what must hold ---------------------------------------------------------------------
 
@@ -206,8 +243,12 @@ class RowsFolder(RuleBasedStateMachine):
 
     def holds_the_input(self) -> None:
         got = self.glob()
-        found = zip(got["id"].to_pylist(), got["_row_hash"].to_pylist(),
-                    got["prediction"].to_pylist(), strict=True)  # fmt: skip
+        found = zip(
+            got["id"].to_pylist(),
+            got["_row_hash"].to_pylist(),
+            got["prediction"].to_pylist(),
+            strict=True,
+        )
         assert {i: (h, p) for i, h, p in found} == self.expected()
 
     def check_complete(self) -> None:
@@ -235,10 +276,6 @@ class RowsDeltaFolder(RowsFolder):
 
     fmt = "delta"
 
-    @rule(point=st.sampled_from([*KILLS, *DELTA_KILLS]), nth=st.integers(1, 3))
-    def kill(self, point: str, nth: int) -> None:
-        super().kill(point, nth)
-
     def check_complete(self) -> None:
         super().check_complete()
         if (self.out / "_delta_log").is_dir() or committed_rows(self.out):  # else: no commit
@@ -256,13 +293,26 @@ class RowsDeltaFolder(RowsFolder):
             assert len(ids) == len(set(ids))
 
 
-SETTINGS = settings(
-    max_examples=int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "6")),
-    stateful_step_count=int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "10")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+def machine_settings(**more: int) -> settings:
+    return settings(
+        deadline=None,
+        database=None,  # each round draws new sequences
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        **more,
+    )
+
+
+EXAMPLES = int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "6"))
+STEPS = int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "10"))
+
+
+@pytest.mark.parametrize(
+    "machine, points", [(RowsFolder, KILLS), (RowsDeltaFolder, KILLS + DELTA_KILLS)]
 )
-RowsFolder.TestCase.settings = SETTINGS
-RowsDeltaFolder.TestCase.settings = SETTINGS
-TestRowsFolder = RowsFolder.TestCase
-TestRowsDeltaFolder = RowsDeltaFolder.TestCase
+def test_every_kill_point_is_reached_and_every_step_holds(machine, points, monkeypatch):
+    """Rounds of ``EXAMPLES`` sequences until a run was killed at each of ``points``."""
+    kills = Kills(points, points)
+    monkeypatch.setattr(machine, "kills", kills)
+    until_reached(
+        machine, kills, examples=EXAMPLES, steps=STEPS, rounds=8, settings_of=machine_settings
+    )
