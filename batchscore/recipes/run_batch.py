@@ -46,7 +46,7 @@ from batchscore.recipes.batch_requests import (
 from batchscore.recipes.batch_results import chat_line, embedding_line, error_line, jsonl
 from batchscore.recipes.batch_words import in_batch_words
 from batchscore.recipes.driver import run_job
-from batchscore.storage.fs import is_url
+from batchscore.storage.fs import is_url, local_path
 
 CHUNK_ROWS = 1000  # rows per commit: what a killed run-batch may have to score again
 SHARD = "requests.parquet"
@@ -224,7 +224,7 @@ def group_job(
 def job_folder(folder: str, name: str) -> str:
     """A job's own folder in the work folder (absolute, for its messages): removing it starts
     that job over."""
-    base = folder if is_url(folder) else str(Path(folder).expanduser().resolve())
+    base = folder if is_url(folder) else str(local_path(folder).expanduser().resolve())
     return f"{base}/{name}"
 
 

@@ -21,23 +21,25 @@ def request(custom_id: object, url: str = "/v1/embeddings", **body: object) -> s
     return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
 
 
-def run_batch(source: Path, target: Path, *extra: str, model: str = EMBED_MODEL):
+def run_batch(source: Path, target: Path | str, *extra: str, model: str = EMBED_MODEL):
     return invoke("run-batch", "-i", str(source), "-o", str(target), "--model", model, *extra)
 
 
-@pytest.mark.parametrize("spelling", ["same", "dotdot", "symlink", "hardlink"])
+@pytest.mark.parametrize("spelling", ["same", "dotdot", "symlink", "hardlink", "file-url"])
 def test_the_results_never_overwrite_the_request_file(tmp_path: Path, spelling: str):
-    """``-o`` naming the request file itself (as written, spelled another way, a link to it,
-    or a hard link) is refused before anything is read or written: exit 2, naming both."""
+    """``-o`` naming the request file itself (as written, spelled another way or as a file://
+    URL, a link to it, or a hard link) is refused before anything is read or written: exit 2,
+    naming both."""
     source = tmp_path / "requests.jsonl"
     source.write_text(request("a", input="kept as it is") + "\n")
     before = source.read_bytes()
     (tmp_path / "x").mkdir()
-    target = {
+    target: Path | str = {
         "same": source,
         "dotdot": tmp_path / "x" / ".." / "requests.jsonl",
         "symlink": tmp_path / "link.jsonl",
         "hardlink": tmp_path / "hard.jsonl",
+        "file-url": f"file://{source}",
     }[spelling]
     if spelling == "symlink":
         target.symlink_to(source)
