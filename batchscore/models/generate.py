@@ -85,6 +85,25 @@ class PromptEncoding:
         encoded.reserve = self.new_tokens
         return encoded
 
+    @property
+    def context(self) -> tuple[int, bool]:
+        """The model's context in tokens, and whether new tokens share it with the prompt
+        (a decoder-only model's do; a seq2seq decoder has positions of its own)."""
+        return self.encoder.window, not self.seq2seq
+
+    def whole_lengths(self, table: pa.Table) -> dict[int, int]:
+        """Each row's prompt length in tokens before any cut, by row (rows whose prompt or
+        chat template refuses them are left out: scoring says why): what a request is held
+        to the model's context with, as OpenAI holds it, rather than cut to fit."""
+        texts, rows, _ = self.prompt.render(table)
+        special = self.chat is None  # a chat template writes its special tokens itself
+        rendered = texts if self.chat is None else self.chat.render(texts)[0]
+        kept = [i for i, text in enumerate(rendered) if text is not None]
+        encodings = self.encoder.whole.encode_batch(
+            [rendered[i] for i in kept], add_special_tokens=special
+        )
+        return {int(rows[i]): len(e.ids) for i, e in zip(kept, encodings, strict=True)}
+
 
 class Generator:
     """A loaded generative model that turns prompt id batches into new token ids."""

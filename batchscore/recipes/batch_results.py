@@ -5,19 +5,38 @@ A refused or failed request's line carries its status code (400 for the request,
 row the model failed), an OpenAI-shaped ``{"error": ...}`` body, and ``error: {code,
 message}``, so a reader that checks either finds it. Ids are derived from the line and its
 ``custom_id``, so a resumed run writes the same ids as an uninterrupted one.
+
+The file is UTF-8, one JSON object a line. A refused line's ``custom_id`` is echoed as it was
+sent, a lone surrogate included (``"\\ud83d"``, valid JSON that JavaScript and Java producers
+write): that line alone is written with JSON's ``\\u`` escapes, which its producer reads back
+as the same string, so every line stays UTF-8 and every custom_id matches its request.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from typing import Any
 
 import numpy as np
 
 
 def digest(line: int, custom_id: str | None) -> str:
-    return hashlib.sha256(f"{line}\0{custom_id}".encode()).hexdigest()[:24]
+    key = f"{line}\0{custom_id}".encode("utf-8", "surrogatepass")  # any string sent has one
+    return hashlib.sha256(key).hexdigest()[:24]
+
+
+def jsonl(lines: list[dict[str, Any]]) -> bytes:
+    """The results file's bytes: each line as UTF-8 JSON, or, where it holds a string that
+    is not text (a lone surrogate echoed), with ASCII escapes instead."""
+    out = []
+    for line in lines:
+        try:
+            out.append(json.dumps(line, ensure_ascii=False).encode("utf-8"))
+        except UnicodeEncodeError:
+            out.append(json.dumps(line).encode("ascii"))
+    return b"".join(text + b"\n" for text in out)
 
 
 def result(line: int, custom_id: str | None, status: int, body: dict[str, Any]) -> dict[str, Any]:

@@ -22,15 +22,20 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
-from batchscore.errors import JobError, ModelError, WriteError
-from batchscore.files import replace_durably
+from batchscore.errors import JobError, ModelError
 from batchscore.job.parse import apply_overrides, job_from_dict
 from batchscore.job.sections import Job
 from batchscore.models.source.locate import locate
 from batchscore.models.tasks import encoding
+from batchscore.recipes.batch_context import within_context
+from batchscore.recipes.batch_files import (
+    check_paths,
+    committed,
+    read_bytes,
+    write_if_changed,
+    write_whole,
+)
 from batchscore.recipes.batch_requests import (
     ChatRequest,
     Decoding,
@@ -38,9 +43,10 @@ from batchscore.recipes.batch_requests import (
     Refused,
     read_requests,
 )
-from batchscore.recipes.batch_results import chat_line, embedding_line, error_line
+from batchscore.recipes.batch_results import chat_line, embedding_line, error_line, jsonl
+from batchscore.recipes.batch_words import in_batch_words
 from batchscore.recipes.driver import run_job
-from batchscore.storage.fs import filesystem, is_url
+from batchscore.storage.fs import is_url, local_path
 
 CHUNK_ROWS = 1000  # rows per commit: what a killed run-batch may have to score again
 SHARD = "requests.parquet"
@@ -98,17 +104,20 @@ def run_batch(
     Face id in the local cache, or a local folder) and write one result line per request to
     ``target``. ``overrides``: ``--set`` keys of the jobs (``model.precision=fp32``,
     ``output.chunk_rows=100``). ``work``: the work folder (default ``TARGET.work``)."""
-    requests = read_requests(read_bytes(source).splitlines(), served_names(model))
     folder = work or f"{target}.work"
+    check_paths(source, target, folder)
+    requests = read_requests(read_bytes(source).splitlines(), served_names(model))
+    requests = held_to_context(requests, folder=folder, model=model, overrides=overrides)
     report = BatchReport(target)
     lines: dict[int, dict[str, Any]] = {}
     refusals: list[JobError | ModelError] = []
     found = groups(requests)
     for name, group in found.items():
         try:  # the model may not serve this url (an encoder asked to chat)
-            job = group_job(group, name, folder=folder, model=model, overrides=overrides)
-            write_if_changed(f"{job.input.path[0]}/{SHARD}", group.table())
-            report.runs[name] = run_job(job, progress=progress, environ=environ)
+            with in_batch_words(job_folder(folder, name)):
+                job = group_job(group, name, folder=folder, model=model, overrides=overrides)
+                write_if_changed(f"{job.input.path[0]}/{SHARD}", group.table())
+                report.runs[name] = run_job(job, progress=progress, environ=environ)
         except (JobError, ModelError) as exc:
             refusals.append(exc)
             lines.update(unserved(group, str(exc)))
@@ -124,9 +133,24 @@ def run_batch(
     ordered = [lines[number] for number in sorted(lines)]
     report.requests = len(ordered)
     report.failed = sum(1 for line in ordered if line["error"] is not None)
-    text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in ordered)
-    write_whole(target, text.encode("utf-8"))
+    write_whole(target, jsonl(ordered))
     return report
+
+
+def held_to_context(
+    requests: list[Any], *, folder: str, model: str, overrides: tuple[str, ...]
+) -> list[Any]:
+    """The requests with each chat request longer than the model's context refused
+    (`batch_context`), measured with a chat job as run-batch builds them."""
+    chats = [r for r in requests if isinstance(r, ChatRequest)]
+    if not chats:
+        return requests
+    group = Group("generate", chats, {"generate": generate_keys(Decoding(None, (), 0.0, 1.0, 0))})
+    try:
+        job = group_job(group, "context", folder=folder, model=model, overrides=overrides)
+    except (JobError, ModelError):  # the chat jobs say why, as they are built
+        return requests
+    return within_context(requests, job)
 
 
 def served_names(model: str) -> set[str]:
@@ -180,13 +204,13 @@ def group_job(
 ) -> Job:
     """The job that scores a group: its shard in ``folder/name/input``, its output in
     ``folder/name/output``, every row written with its error rather than failing its chunk."""
-    base = folder if is_url(folder) else str(Path(folder).expanduser().resolve())
+    base = job_folder(folder, name)
     raw: dict[str, Any] = {
         "name": f"run-batch-{name}",
-        "input": {"path": f"{base}/{name}/input", "text": "text", "keep": ["line", "item"]},
+        "input": {"path": f"{base}/input", "text": "text", "keep": ["line", "item"]},
         "model": {"task": group.task, **model_keys(model)},
         "output": {
-            "path": f"{base}/{name}/output",
+            "path": f"{base}/output",
             "on_error": "skip",
             "max_bad_share": 1.0,
             "chunk_rows": CHUNK_ROWS,
@@ -195,6 +219,13 @@ def group_job(
     }
     apply_overrides(raw, list(overrides))
     return job_from_dict(raw, Path(f"run-batch {name}"))
+
+
+def job_folder(folder: str, name: str) -> str:
+    """A job's own folder in the work folder (absolute, for its messages): removing it starts
+    that job over."""
+    base = folder if is_url(folder) else str(local_path(folder).expanduser().resolve())
+    return f"{base}/{name}"
 
 
 def group_lines(group: Group, job: Job, output: pa.Table, model: str) -> dict[int, dict[str, Any]]:
@@ -276,61 +307,3 @@ def unserved(group: Group, why: str) -> dict[int, dict[str, Any]]:
 
 def failed(request: Embeddings | ChatRequest, why: str) -> dict[str, Any]:
     return error_line(request.line, request.custom_id, "scoring_error", why, status=500)
-
-
-def committed(output: str) -> pa.Table:
-    """A complete job's output rows: every data file of the folder (bookkeeping under
-    ``_batchscore/`` and temporary files are skipped by their leading ``_`` and ``.``)."""
-    if is_url(output):
-        fs, path = filesystem(output)
-        return ds.dataset(path, format="parquet", filesystem=fs).to_table()
-    return ds.dataset(output, format="parquet").to_table()
-
-
-def read_bytes(source: str) -> bytes:
-    """The request file, local or by URL; one that cannot be read is a `JobError`."""
-    try:
-        if is_url(source):
-            fs, path = filesystem(source)
-            with fs.open_input_stream(path) as stream:
-                return stream.read()
-        return Path(source).expanduser().read_bytes()
-    except (OSError, FileNotFoundError) as exc:
-        raise JobError(f"{source}: cannot read the request file: {exc}") from None
-
-
-def write_if_changed(path: str, table: pa.Table) -> None:
-    """A group's shard, written only when its bytes differ from the one in place: a resumed
-    run leaves the shard its commits were made from as it is."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    data = sink.getvalue().to_pybytes()
-    if is_url(path):
-        fs, key = filesystem(path)
-        try:
-            with fs.open_input_stream(key) as stream:
-                if stream.read() == data:
-                    return
-        except (OSError, FileNotFoundError):
-            pass
-        write_whole(path, data)
-        return
-    local = Path(path)
-    if local.is_file() and local.read_bytes() == data:
-        return
-    local.parent.mkdir(parents=True, exist_ok=True)
-    replace_durably(local, data)
-
-
-def write_whole(target: str, data: bytes) -> None:
-    """Publish ``data`` at ``target`` whole: a temporary file renamed over it, or one upload
-    (an object is visible only when its upload completes)."""
-    try:
-        if is_url(target):
-            fs, path = filesystem(target)
-            with fs.open_output_stream(path) as stream:
-                stream.write(data)
-            return
-        replace_durably(Path(target).expanduser(), data)
-    except (OSError, FileNotFoundError) as exc:
-        raise WriteError(f"{target}: cannot write the results: {exc}") from None

@@ -150,15 +150,17 @@ def test_a_response_format_becomes_the_decodings_schema():
     assert refused.message.startswith("body.response_format.json_schema: ")
 
 
+# text as producers write it: lone surrogates included (JSON escapes them: "\ud83d")
+TEXT = st.text(st.characters(categories=["Cs", "L", "N", "P", "Zs", "So"]), max_size=5)
 LINES = st.one_of(
     st.binary(max_size=40),
-    st.builds(line, st.sampled_from(["a", "b", "c", None, 3]), input=st.text(max_size=5)),
+    st.builds(line, st.sampled_from(["a", "b", "c", None, 3, "\udc00"]), input=TEXT),
     st.builds(
         lambda cid, text: line(
             cid, "/v1/chat/completions", messages=[{"role": "user", "content": text}]
         ),
         st.sampled_from(["a", "b", "d"]),
-        st.text(max_size=5),
+        TEXT,
     ),
 )
 
@@ -167,9 +169,183 @@ LINES = st.one_of(
 @given(st.lists(LINES, max_size=12))
 def test_every_line_is_one_request_or_one_refusal(lines: list[bytes]):
     """Whatever the file holds: one entry per non-blank line, in order, never an exception,
-    and the custom_ids served are unique."""
+    the custom_ids served are unique, and each custom_id belongs to one line (its first)."""
     lines = [raw.replace(b"\n", b" ").replace(b"\r", b" ") for raw in lines]
     found = read_requests(lines, MODELS)
     assert [r.line for r in found] == [i for i, raw in enumerate(lines) if raw.strip()]
     served = [r.custom_id for r in found if not isinstance(r, Refused)]
     assert len(served) == len(set(served))
+    owners = [
+        r.custom_id
+        for r in found
+        if r.custom_id is not None and getattr(r, "code", None) != "duplicate_custom_id"
+    ]
+    assert len(owners) == len(set(owners))  # a custom_id belongs to one line, served or not
+    for request in found:  # what is served is text: Parquet, the tokenizer and JSON take it
+        if isinstance(request, Embeddings):
+            "".join(request.texts).encode("utf-8")
+        elif isinstance(request, ChatRequest):
+            json.loads(request.messages)[0]["content"].encode("utf-8")
+
+
+def test_a_custom_id_is_kept_by_its_first_line_even_when_that_line_is_refused():
+    """OpenAI requires each custom_id once per file. The first line that names one keeps it,
+    served or refused: every later line with it is refused as a duplicate, so a refused line
+    and a served line never answer the same custom_id."""
+    bad, good, again = read_requests(
+        [line("a", input=""), line("a", input="fine"), line("a", input="also fine")], MODELS
+    )
+    assert isinstance(bad, Refused) and bad.code == "invalid_request"
+    for later in (good, again):
+        assert isinstance(later, Refused) and later.code == "duplicate_custom_id"
+        assert later.custom_id == "a" and "line 1" in later.message
+
+
+CUT = "cut \ud83d emoji"  # a JavaScript string whose emoji lost its second half (JSON: "\ud83d")
+CHAT = "/v1/chat/completions"
+USER = [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize(
+    ("raw", "where", "custom_id"),
+    [
+        (line(input=CUT), "body.input", "r1"),
+        (line(input=["fine", CUT]), "body.input[1]", "r1"),
+        (
+            line(url=CHAT, messages=[{"role": "user", "content": CUT}]),
+            "body.messages[0].content",
+            "r1",
+        ),
+        (
+            line(url=CHAT, messages=[{"role": "user", "content": [{"type": "text", "text": CUT}]}]),
+            "body.messages[0].content[0].text",
+            "r1",
+        ),
+        (line(url=CHAT, messages=USER, stop=[CUT]), "body.stop[0]", "r1"),
+        (
+            line(
+                url=CHAT,
+                messages=USER,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"schema": {"enum": [CUT]}},
+                },
+            ),
+            "body.response_format.json_schema.schema.enum[0]",
+            "r1",
+        ),
+        (line(model=CUT, input="x"), "body.model", "r1"),
+        (line(CUT, input="x"), "custom_id", CUT),  # echoed as sent: its producer matches it
+        (line(input="x", **{CUT: 1}), "a key of body", "r1"),  # even one nobody reads
+    ],
+    ids=["input", "inputs", "content", "part", "stop", "schema", "model", "custom_id", "key"],
+)
+def test_a_lone_surrogate_is_its_lines_error(raw: bytes, where: str, custom_id: str):
+    """Valid JSON, not Unicode text: a ``\\ud83d`` with no low half can be neither stored as
+    UTF-8 (Parquet, the results file) nor tokenized; wherever it sits in the line, the line is
+    refused alone, naming the field."""
+    refused, after = read_requests([raw, line("next", input="fine")], MODELS)
+    assert isinstance(refused, Refused), refused
+    assert (refused.code, refused.custom_id) == ("invalid_unicode", custom_id)
+    assert where in refused.message and "\\ud83d" in refused.message
+    refused.message.encode("utf-8")  # the message itself is text that can be written
+    assert isinstance(after, Embeddings)
+
+
+def test_a_line_that_is_not_utf8_is_refused_for_its_custom_id():
+    """Bytes that are not UTF-8 (a Latin-1 é): the line's error, under its custom_id when the
+    rest of the line still names one; a custom_id that is itself broken cannot be named."""
+    broken = line("u", input="caf__").replace(b"__", b"\xe9!")
+    no_id = line("__", input="x").replace(b"__", b"\xff")
+    first, second, after = read_requests([broken, no_id, line("ok", input="fine")], MODELS)
+    assert isinstance(first, Refused) and (first.code, first.custom_id) == ("invalid_unicode", "u")
+    assert "line 1" in first.message and "0xe9" in first.message
+    assert isinstance(second, Refused) and (second.code, second.custom_id) == (
+        "invalid_unicode",
+        None,
+    )
+    assert isinstance(after, Embeddings)
+
+
+@pytest.mark.parametrize("raw", [b"[" * 100_000, b'{"a": ' * 100_000], ids=["array", "object"])
+def test_json_nested_past_the_recursion_limit_is_not_json(raw: bytes):
+    """Refused as not JSON, for its own line: never a RecursionError's traceback."""
+    found, after = read_requests([raw, line("next", input="fine")], MODELS)
+    assert isinstance(found, Refused) and found.code == "invalid_json"
+    assert "nested" in found.message and isinstance(after, Embeddings)
+
+
+def test_a_deep_line_that_parses_is_read_whole():
+    """Nesting the parser takes (an unread field 900 deep, a schema 400 deep) is walked
+    without recursion: served, or refused by the schema's own check, never a traceback."""
+    deep: object = "x"
+    for _ in range(900):
+        deep = [deep]
+    schema: dict = {"type": "string"}
+    for _ in range(400):
+        schema = {"type": "array", "items": schema}
+    response_format = {"type": "json_schema", "json_schema": {"schema": schema}}
+    served, constrained = read_requests(
+        [
+            line("a", input="x", user=deep),
+            line("b", CHAT, messages=USER, response_format=response_format),
+        ],
+        MODELS,
+    )
+    assert isinstance(served, Embeddings)
+    assert isinstance(constrained, ChatRequest | Refused)
+
+
+def test_a_byte_order_mark_starts_a_line_not_its_json():
+    """Windows tools write a UTF-8 BOM first (and ``cat`` of two such files puts one inside)."""
+    bom = b"\xef\xbb\xbf"
+    first, second = read_requests([bom + line("a", input="x"), bom + line("b", input="y")], MODELS)
+    assert isinstance(first, Embeddings) and isinstance(second, Embeddings)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max_completion_tokens": None, "max_tokens": 5},
+        {"max_tokens": None},
+        {"seed": None, "temperature": None, "top_p": None, "n": None},
+        {"stop": None, "response_format": None, "model": None},
+    ],
+)
+def test_a_null_optional_field_is_an_absent_one(body: dict):
+    """JSON producers write ``null`` for a field they leave unset; OpenAI reads it as absent."""
+    (found,) = read_requests([line(url=CHAT, messages=USER, **body)], MODELS)
+    assert isinstance(found, ChatRequest), found
+    assert found.decoding.max_new_tokens == (5 if body.get("max_tokens") == 5 else None)
+
+
+def test_null_optional_embedding_fields_are_absent():
+    (found,) = read_requests([line(input="x", dimensions=None, encoding_format=None)], MODELS)
+    assert found == Embeddings(0, "r1", ("x",), None, "float")
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (b"42", "invalid_request"),
+        (b'"a string"', "invalid_request"),
+        (b"null", "invalid_request"),
+        (line(None, input="x"), "invalid_request"),
+        (line(input=None), "invalid_request"),
+        (line(input=" \u200b\t"), "invalid_request"),  # blank: nothing the pipeline embeds
+        (line(input=["fine", "   "]), "invalid_request"),
+        (line(url=CHAT, messages=None), "invalid_request"),
+        (line(url=CHAT, messages=[{"role": "user", "content": None}]), "invalid_request"),
+        (
+            line(url=CHAT, messages=[{"role": "user", "content": [{"type": "text", "text": 5}]}]),
+            "invalid_request",
+        ),
+        (
+            line(url=CHAT, messages=[{"role": "user", "content": [{"type": "text"}]}]),
+            "invalid_request",
+        ),
+    ],
+)
+def test_null_or_wrong_required_fields_are_refused(raw: bytes, code: str):
+    (found,) = read_requests([raw], MODELS)
+    assert isinstance(found, Refused) and found.code == code, found

@@ -277,3 +277,53 @@ def test_a_row_the_model_failed_is_a_500_error_line():
         "code": "scoring_error",
         "message": "[generate].chat: the model's chat template refuses it",
     }
+
+
+def test_a_chat_request_over_the_models_context_is_its_own_error_line(
+    tmp_path: Path, chat_path: Path
+):
+    """The tiny model has 256 positions, which the prompt and the completion share. A
+    request asking for more (a completion longer than the whole context, a prompt too long for
+    its max_tokens, or for the default completion) is its own 400 ``context_length_exceeded``
+    line in OpenAI's words, never a prompt cut to fit; a message holding half an emoji is its
+    own line too; the others are served whole. A file where no chat request fits still gets
+    its results file."""
+    chat = "/v1/chat/completions"
+    short = [{"role": "user", "content": "a question about the data"}]
+    medium = [{"role": "user", "content": "the first report " * 10}]
+    long = [{"role": "user", "content": "the first report " * 22}]
+    cut = [{"role": "user", "content": "half an emoji \ud83d"}]
+    lines = serve(
+        [
+            request("huge", chat, messages=short, max_tokens=400),
+            request("fits", chat, messages=short, max_tokens=3),
+            request("medium", chat, messages=medium, max_tokens=200),
+            request("medium-default", chat, messages=medium),
+            request("long-default", chat, messages=long),
+            request("surrogate", chat, messages=cut, max_tokens=3),
+        ],
+        tmp_path,
+        str(chat_path),
+    )
+    prompt, middle, most = (greedy(chat_path, m, 1)[1] for m in (short, medium, long))
+    assert middle + 200 > 256 >= middle + 64 and most + 64 > 256  # the cases as meant
+    codes = [line["error"] and line["error"]["code"] for line in lines]
+    over = "context_length_exceeded"
+    assert codes == [over, None, over, None, over, "invalid_unicode"]
+    huge = lines[0]
+    assert huge["response"]["status_code"] == 400
+    assert huge["response"]["body"]["error"]["type"] == "invalid_request_error"
+    assert huge["error"]["message"] == (
+        f"This model's maximum context length is 256 tokens. However, you requested "
+        f"{prompt + 400} tokens ({prompt} in the messages, 400 in the completion). Please "
+        "reduce the length of the messages or completion."
+    )
+    assert f"({middle} in the messages, 200 in the completion)" in lines[2]["error"]["message"]
+    assert f"({most} in the messages, 64 in the completion)" in lines[4]["error"]["message"]
+    assert "sets no max_tokens" in lines[4]["error"]["message"]
+    assert lines[3]["response"]["body"]["usage"]["prompt_tokens"] == middle  # whole, not cut
+    assert lines[1]["response"]["body"]["usage"]["prompt_tokens"] == prompt
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (only,) = serve([request("huge", chat, messages=short, max_tokens=400)], alone, str(chat_path))
+    assert only["error"]["code"] == over

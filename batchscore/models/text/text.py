@@ -92,8 +92,9 @@ class TextEncoder:
     ) -> None:
         loaded = load_tokenizer(path, trust_remote_code)
         positions = loaded.positions
-        default = default_max_length(path, loaded.model_max_length, positions) - reserve
-        self.max_length = max_length or default
+        # the model's own input length: the tokens a prompt and what is generated after it share
+        self.window = default_max_length(path, loaded.model_max_length, positions)
+        self.max_length = max_length or self.window - reserve
         if self.max_length < 1 or (positions and self.max_length + reserve > positions):
             raise ModelError(
                 f"{path}: the model has {positions} positions, too few for prompts of "
