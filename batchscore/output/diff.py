@@ -360,10 +360,14 @@ def check_unique(left: Any, shards: list[Shard]) -> None:
         return
     paths = {s.index: s.path for s in shards}
     ids = twice.sort(["shard", "row"]).group_by("id", maintain_order=True).agg("shard", "row")
+    text = ids.schema["id"] == pl.String
+    if text:  # named by their bytes: an id that is not UTF-8 is no Python string
+        ids = ids.with_columns(pl.col("id").cast(pl.Binary))
     said = []
     for value, where, rows in ids.head(NAMED).iter_rows():
         places = " and ".join(f"{paths[s]} row {r}" for s, r in zip(where, rows, strict=True))
-        said.append(f"{value!r} at {places}")
+        shown = value.decode("utf-8", "backslashreplace") if text else value
+        said.append(f"{shown!r} at {places}")
     more = ids.height - NAMED
     raise DuplicateIdError(
         f"[input].id: {ids.height} id(s) name more than one input row: {'; '.join(said)}"

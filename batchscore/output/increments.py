@@ -101,6 +101,7 @@ def pending_rows(
         plan.retired = retire_rows(ckpt, diff, committed, inp)
     plan.chunks = cut(readable, diff, rows_of, chunk_rows=chunk_rows, label=label)
     plan.increments = diff.counts()
+    plan.passing = diff.passing
     plan.done_rows = diff.unchanged
     plan.done_chunks = len(committed)
     for record in committed.values():

@@ -52,6 +52,8 @@ class Pending:
     total_rows: int = 0  # the job's input rows, from the footers (the bad-row gate's base)
     bad_by_shard: dict[str, int] = field(default_factory=dict)  # committed rows with an error
     increments: dict[str, int] | None = None  # by rows: the diff's counts (`output.diff`)
+    # by rows: shard index -> its rows that pass `where` (the diff's, read once)
+    passing: dict[int, int] = field(default_factory=dict)
     retired: list[dict] = field(default_factory=list)  # by rows: the retirements made
 
 

@@ -25,7 +25,7 @@ from batchscore.models.base import Encoding, Task
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
-from batchscore.work.columns import gather
+from batchscore.work.columns import gather, undecoded
 from batchscore.work.folders import FOLDER, image_layout, with_folder
 from batchscore.work.row_hash import hash_column, hashed_columns
 from batchscore.work.shards import check_columns, open_shard
@@ -289,11 +289,13 @@ def first_distinct(table: pa.Table, rows: int, seen: set[str]) -> pa.Table:
     """``table``'s first ``rows`` rows whose values (every column's) are in no earlier row and
     not in ``seen``, which learns those it returns: the measured sample of in-memory data
     (`score`) and of each shard's rows. Read a slice at a time, so a frame of millions of rows
-    is not turned into Python objects to find the first few hundred."""
+    is not turned into Python objects to find the first few hundred. Texts are compared as
+    their bytes (`undecoded`): a row that is not UTF-8 is the task's to refuse, as a row error,
+    when the sample is encoded."""
     kept: list[int] = []
     step = max(rows, 1024)
     for start in range(0, table.num_rows, step):
-        values = [column.to_pylist() for column in table.slice(start, step).columns]
+        values = [undecoded(column).to_pylist() for column in table.slice(start, step).columns]
         for offset, row in enumerate(zip(*values, strict=True)):
             if len(kept) >= rows:
                 break

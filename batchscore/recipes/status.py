@@ -57,7 +57,7 @@ def job_status(job: Job) -> dict[str, Any]:
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
     shards, live, increments = [], set(), None
     if job.input.by_rows:  # by rows, shards are not the unit: the diff says what is to do
-        shards, increments = rows_by_shard(job, ckpt)
+        shards, increments = rows_by_shard(job, ckpt, committed, damaged)
     for shard in [] if job.input.by_rows else find_shards(job.input):
         live.add(shard.key)
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
@@ -106,6 +106,7 @@ def job_status(job: Job) -> dict[str, Any]:
         and not restarting
         and not retiring
         and not (increments and increments["to_retire"]),
+        "where": job.input.where,  # what dropped rows_done - rows_written rows
         "increments": increments,  # by rows: the diff's counts (rows to score, to retire)
         "refused": refused,
         "model_error": model_error,
@@ -117,10 +118,14 @@ def job_status(job: Job) -> dict[str, Any]:
     }
 
 
-def rows_by_shard(job: Job, ckpt: Checkpoint) -> tuple[list[ShardStatus], dict[str, int]]:
-    """By rows: each shard's rows still to score, from the diff a run would make (read only),
-    and the diff's counts (`batchscore.output.diff.RowDiff.counts`); a committed file missing
-    or damaged counts its rows as to score."""
+def rows_by_shard(
+    job: Job, ckpt: Checkpoint, committed: dict[str, dict[str, Any]], damaged: dict[str, str]
+) -> tuple[list[ShardStatus], dict[str, int]]:
+    """By rows: each shard's rows committed and still to score, from the diff a run would make
+    (read only), and the diff's counts (`batchscore.output.diff.RowDiff.counts`). A shard's
+    chunks are the committed files whose records name it and the chunks its rows to score
+    would make; a committed file missing or damaged is named, as by shard, and its rows
+    counted as to score. Rows `where` drops are done (none is to score), never written."""
     kinds = input_kinds(job.model.task, job.input, job.task)
     todo = to_do(
         job.input,
@@ -132,21 +137,47 @@ def rows_by_shard(job: Job, ckpt: Checkpoint) -> tuple[list[ShardStatus], dict[s
         forget=False,
     )
     failing = {f["shard"]: f["error"] for f in todo.failures}
+    records: dict[str, list[dict[str, Any]]] = {}
+    for record in committed.values():
+        records.setdefault(record["shard"]["path"], []).append(record)
     found = []
     for shard in todo.shards:
-        chunks = [c for c in todo.chunks if c.shard.index == shard.index]
-        to_score = sum(c.picked for c in chunks)
+        chunks = len([c for c in todo.chunks if c.shard.index == shard.index])
+        to_score = sum(c.picked for c in todo.chunks if c.shard.index == shard.index)
         try:
             rows = open_shard(shard).metadata.num_rows
         except BatchscoreError:
             rows = 0
-        state = "failed" if shard.path in failing else "partial" if to_score else "done"
-        if state == "partial" and to_score == rows:
-            state = "pending"
-        status = ShardStatus(shard.path, state, 0, len(chunks), rows - to_score, rows, 0, 0)
-        status.problems = [failing[shard.path]] if shard.path in failing else []
+        own = records.pop(shard.path, [])
+        intact = len([r for r in own if r["chunk"] not in damaged])
+        status = shard_status(shard.path, own, damaged, rows=rows, chunks=intact + chunks)
+        if shard.index in todo.passing:  # read by the diff: its counts are the rows'
+            passing = todo.passing[shard.index]
+            status.rows_done, status.rows_written = rows - to_score, passing - to_score
+        if shard.path in failing:
+            status.problems.append(failing[shard.path])
+        if status.state == "pending":  # no missing or damaged file to say instead
+            status.state = rows_state(
+                failed=shard.path in failing,
+                to_score=to_score,
+                passing=todo.passing.get(shard.index),
+            )
         found.append(status)
+    for path, own in sorted(records.items()):  # files of inputs renamed or gone since
+        status = shard_status(path, own, damaged, chunks=len(own))
+        if status.problems:  # their rows are matched by id; a damaged file is named
+            status.rows_done = status.rows_written = 0
+            found.append(status)
     return found, todo.increments or {}
+
+
+def rows_state(*, failed: bool, to_score: int, passing: int | None) -> str:
+    """By rows, a shard's state when none of its committed files is missing or damaged."""
+    if failed:
+        return "failed"
+    if not to_score:
+        return "done"
+    return "pending" if to_score == passing else "partial"
 
 
 def judge(ckpt: Checkpoint, job: Job) -> tuple[str | None, str | None]:
@@ -269,7 +300,7 @@ def format_status(status: dict[str, Any]) -> str:
         lines += [f"{'':<8} {'':>9} {'':>21}    {note}" for note in notes]
     bad = f", {status['bad_rows']:,} of them with an error" if status["bad_rows"] else ""
     dropped = status["rows_done"] - status["rows_written"]
-    if dropped:
+    if dropped and status["where"]:
         bad += f"; {status['rows_written']:,} written, {dropped:,} dropped by [input].where"
     lines.append(
         f"{status['rows_done']:,} of {status['rows']:,} rows committed{bad}"

@@ -13,6 +13,9 @@ import json
 
 import pyarrow as pa
 
+from batchscore.work.columns import undecoded
+from batchscore.work.shards import is_text
+
 COLUMN = "error"
 FIELD = pa.field(COLUMN, pa.string())
 
@@ -47,9 +50,19 @@ def rejected(
     column's value (``ids``, when it has one) and the error."""
     listing: dict[str, list | pa.Array] = {"shard": [shard] * len(rows), "row": rows}
     if ids is not None:
-        listing["id"] = ids
+        listing["id"] = readable(ids)
     listing[COLUMN] = messages
     return pa.table(listing)
+
+
+def readable(ids: pa.Array) -> pa.Array:
+    """Text ids as a listing can hold them: an id whose bytes are not UTF-8 (its row is listed
+    for another reason, or for that one) written with backslash escapes for those bytes,
+    where JSON, and turning the id into Python, would fail on the whole chunk's listing."""
+    if not is_text(ids.type):
+        return ids
+    raw = undecoded(ids).to_pylist()
+    return pa.array([None if v is None else v.decode("utf-8", "backslashreplace") for v in raw])
 
 
 def rejected_lines(listings: list[pa.Table]) -> str:

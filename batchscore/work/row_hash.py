@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from batchscore.job.sections import InputConfig
+from batchscore.work.columns import undecoded
 
 U64 = np.uint64
 C1, C2 = U64(0xFF51AFD7ED558CCD), U64(0xC4CEB9FE1A85EC53)  # MurmurHash3's fmix64
@@ -174,10 +175,27 @@ def by_repr(values: pa.Array) -> np.ndarray:
         np.fromiter(
             (
                 int.from_bytes(blake(repr(v).encode(), digest_size=8).digest(), "little")
-                for v in values.to_pylist()
+                for v in python_values(values)
             ),
             dtype=U64,
             count=len(values),
         )
         ^ OTHER
     )
+
+
+def python_values(values: pa.Array) -> list:
+    """``values`` as Python objects; a value holding text that is not UTF-8 (in a struct, a
+    map) as its texts' bytes, where ``to_pylist`` would fail for every row: the row is hashed
+    (and refused as a row error, if the task reads it), and every other row's hash is kept."""
+    try:
+        return values.to_pylist()
+    except UnicodeDecodeError:
+        raw = undecoded(values)
+        out = []
+        for i in range(len(values)):
+            try:
+                out.append(values[i].as_py())
+            except UnicodeDecodeError:
+                out.append(raw[i].as_py())
+        return out

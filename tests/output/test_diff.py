@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchscore.output.diff import SHIFT, RowDiff, join
+from batchscore.output.diff import SHIFT, DuplicateIdError, RowDiff, join
 
 
 @dataclass
@@ -90,3 +91,21 @@ def test_the_join_scores_and_retires_what_the_rule_says(inputs, outputs, unique_
     assert rows_of(retire) == {(0, r) for r in want_retire}
     found = diff.counts()
     assert {k: found[k] for k in counts} == counts
+
+
+def test_ids_that_are_not_utf8_are_named_when_held_twice():
+    """Text ids whose bytes are not UTF-8, held by two input rows: the error names them (their
+    bytes escaped) and their rows, where turning them into Python strings would fail."""
+    raw = pa.array([b"\xff\xfe", b"ok", b"\xff\xfe"], pa.binary())
+    left = pa.table(
+        {
+            "id": pa.Array.from_buffers(pa.string(), 3, raw.buffers()),  # unchecked bytes
+            "h": pa.array([1, 2, 3], pa.int64()),
+            "shard": pa.array([0, 0, 0], pa.int64()),
+            "row": pa.array([0, 1, 2], pa.int64()),
+        }
+    )
+    none = pa.array([], pa.int64())
+    right = pa.table({"id": pa.array([], pa.string()), "h": none, "file": none, "row": none})
+    with pytest.raises(DuplicateIdError, match=r"'\\\\xff\\\\xfe' at a row 0 and a row 2"):
+        join(left, right, RowDiff(), [Shard("a", 0)], failed=set(), partial=False)

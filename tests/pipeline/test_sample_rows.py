@@ -3,18 +3,24 @@ the task's columns alone, in one layout, from the shards that can be read."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import batchscore
+from batchscore.errors import InputDataError
 from batchscore.job.parse import load_job
 from batchscore.models.tasks import input_kinds
 from batchscore.pipeline.stages import first_distinct, sample_rows
 from batchscore.work.shards import find_shards
-from tests.conftest import write_job
+from tests.commands import command, environment
+from tests.conftest import read_output, write_job
+from tests.reliability import make_job
 
 
 def sample_of(path: Path, rows: int) -> pa.Table:
@@ -104,3 +110,85 @@ def test_a_frame_is_read_past_its_repeats_a_slice_at_a_time():
     table = pa.table({"text": ["N/A"] * 3000 + [f"text {i}" for i in range(10)]})
     kept = first_distinct(table, 4, set())
     assert kept["text"].to_pylist() == ["N/A", "text 0", "text 1", "text 2"]
+
+
+# -- bytes that are not UTF-8 ----------------------------------------------------------------
+
+
+def unchecked(values: list[str | bytes | None]) -> pa.Array:
+    """A string column holding ``values`` as they are: bytes that are not UTF-8 go in
+    unchecked, as a writer that does not validate (or a damaged file) leaves them."""
+    raw = pa.array([v.encode() if isinstance(v, str) else v for v in values], pa.binary())
+    return pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())
+
+
+def test_the_sample_compares_bytes_that_are_not_utf8():
+    """A row that is not UTF-8, in a text column or a datasets Image struct's path, is a row of
+    the sample like any other (the task refuses it when it encodes the sample, as a row
+    error); repeats of it are still repeats."""
+    texts = unchecked(["a", b"\xff\xfe not UTF-8", "b", b"\xff\xfe not UTF-8", "c"])
+    paths = pa.StructArray.from_arrays([pa.nulls(5, pa.binary()), texts], ["bytes", "path"])
+    table = pa.table({"text": texts, "image": paths})
+    kept = first_distinct(table, 10, set())
+    assert kept.num_rows == 4
+    assert kept["text"].cast(pa.binary()).to_pylist() == [b"a", b"\xff\xfe not UTF-8", b"b", b"c"]
+
+
+def undecodable_job(tmp_path: Path, small_corpus: pa.Table, **sections) -> tuple[Path, Path]:
+    """30 real texts in 3 shards; the second text of the first shard is not UTF-8. Precision
+    "auto", so the quality gate samples the first rows."""
+    job = make_job(tmp_path, small_corpus.slice(0, 30), chunk_rows=5)
+    path = sorted((tmp_path / "in").glob("*.parquet"))[0]
+    table = pq.read_table(path)
+    texts: list = table["text"].to_pylist()
+    texts[1] = b"\xff\xfe not UTF-8"
+    table = table.set_column(table.schema.get_field_index("text"), "text", unchecked(texts))
+    pq.write_table(table, path)
+    text = job.read_text().replace('precision = "fp32"', 'precision = "auto"')
+    extra = "".join(
+        f"[{name}]\n" + "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in keys.items())
+        for name, keys in sections.items()
+    )
+    job.write_text(text + extra)
+    return job, path
+
+
+def run(job: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command(job, *args), capture_output=True, text=True, env=environment(), timeout=300
+    )
+
+
+@pytest.mark.parametrize("embed", [{}, {"quantize": "int8"}], ids=["gate", "gate+ranges"])
+def test_text_that_is_not_utf8_is_its_rows_error_when_measured(
+    tmp_path: Path, small_corpus: pa.Table, embed: dict
+):
+    """The quality gate (and int8 ranges measured on the same sample) read the row that is
+    not UTF-8: under on_error = "skip" it is its row's error and the other 29 rows are scored;
+    under "fail" its shard fails naming file, row and column (exit 3) and the other shards
+    are committed. Never a traceback."""
+    job, path = undecodable_job(tmp_path, small_corpus, **({"embed": embed} if embed else {}))
+    failed = run(job)
+    assert failed.returncode == 3, failed.stderr
+    assert f"{path.name}: row 1, column 'text': not valid UTF-8" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert read_output(tmp_path / "out").num_rows == 20  # the other shards committed
+    skipped = run(job, "--set", 'output.on_error="skip"', "--restart")
+    assert skipped.returncode == 0 and "Traceback" not in skipped.stderr, skipped.stderr
+    out = read_output(tmp_path / "out")
+    errors = out["error"].to_pylist()
+    assert errors[1] == "column 'text': not valid UTF-8 (byte 0)"
+    assert sum(e is None for e in errors) == 29 and out.num_rows == 30
+    assert all(v is not None for i, v in enumerate(out["embedding"].to_pylist()) if i != 1)
+
+
+def test_score_measures_frames_that_are_not_utf8(small_corpus: pa.Table):
+    """`batchscore.score` gates a frame on its first distinct rows as a job does: a row that
+    is not UTF-8 is its row's error (on_error="skip") or the error naming its row."""
+    texts: list = small_corpus["text"].to_pylist()[:6]
+    texts[0] = b"\xff\xfe not UTF-8"
+    table = pa.table({"text": unchecked(texts)})
+    scored = batchscore.score(table, task="embed", precision="auto", on_error="skip")
+    assert scored["error"].to_pylist() == ["column 'text': not valid UTF-8 (byte 0)"] + [None] * 5
+    with pytest.raises(InputDataError, match="row 0, column 'text': not valid UTF-8"):
+        batchscore.score(table, task="embed", precision="auto")

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
@@ -17,7 +18,7 @@ from batchscore.errors import OutputConflictError
 from batchscore.job.parse import load_job
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
-from tests.output.tiny import tiny_job, write_shard
+from tests.output.tiny import rows_job, rows_table, tiny_job, write_rows, write_shard
 
 # keys a user may change between runs: some decide the output (the fingerprint), some do not
 CHOICES = {
@@ -117,3 +118,69 @@ def test_a_path_that_left_and_came_back_is_its_new_shards_state(tmp_path: Path):
     states = {Path(s["shard"]).name: s["state"] for s in status["shards"]}
     assert states == {"e.parquet": "done", "zz.parquet": "done"}, status["shards"]
     assert status["complete"]
+
+
+def by_rows(tmp_path: Path, **extra: str) -> Path:
+    """A complete output by rows (`increments = "rows"`) of a.parquet (10 rows, 3 chunks of
+    4) and b.parquet (30 rows, 8 chunks)."""
+    job = rows_job(tmp_path, **extra)
+    write_rows(tmp_path / "in/a.parquet", rows_table([f"a{i}" for i in range(10)]))
+    write_rows(tmp_path / "in/b.parquet", rows_table([f"b{i}" for i in range(30)], seed=1))
+    run_job(load_job(job))
+    return job
+
+
+def shard_rows(status: dict) -> dict[str, tuple]:
+    """Each shard's (state, chunks done, chunks, rows done, rows, rows written), by name."""
+    keys = ("state", "chunks_done", "chunks", "rows_done", "rows", "rows_written")
+    return {Path(s["shard"]).name: tuple(s[k] for k in keys) for s in status["shards"]}
+
+
+def test_status_by_rows_counts_rows_and_chunks_and_names_damaged_files(tmp_path: Path):
+    """By rows, status says what is true: rows committed and to score, chunks committed of
+    the shard's, nothing "dropped by [input].where" without a where; and it names a committed
+    file that is missing or damaged, as by shards, with its shard's state."""
+    job = by_rows(tmp_path)
+    status = job_status(load_job(job))
+    assert shard_rows(status) == {
+        "a.parquet": ("done", 3, 3, 10, 10, 10),
+        "b.parquet": ("done", 8, 8, 30, 30, 30),
+    }
+    text = CliRunner().invoke(main, ["status", str(job)]).output
+    assert "40 of 40 rows committed - complete" in text and "dropped" not in text
+    write_rows(tmp_path / "in/c.parquet", rows_table([f"c{i}" for i in range(5)], seed=2))
+    status = job_status(load_job(job))
+    assert shard_rows(status)["c.parquet"] == ("pending", 0, 2, 0, 5, 0)
+    assert status["rows_done"] == 40 and status["rows"] == 45 and not status["complete"]
+    files = {json.loads(p.read_text())["file"]: json.loads(p.read_text())["shard"]["path"]
+             for p in (tmp_path / "out/_batchscore/done").glob("*.json")}  # fmt: skip
+    gone = next(f for f, path in sorted(files.items()) if path.endswith("a.parquet"))
+    cut = next(f for f, path in sorted(files.items()) if path.endswith("b.parquet"))
+    (tmp_path / "out" / gone).unlink()
+    data = (tmp_path / "out" / cut).read_bytes()
+    (tmp_path / "out" / cut).write_bytes(data[:-20])
+    status = job_status(load_job(job))
+    got = shard_rows(status)
+    assert got["a.parquet"][:3] == ("missing", 2, 3) and got["b.parquet"][:3] == ("damaged", 7, 8)
+    assert got["a.parquet"][3] + got["b.parquet"][3] == 40 - 8  # two files of 4 rows to score
+    result = CliRunner().invoke(main, ["status", str(job), "--check"])
+    assert result.exit_code == 13
+    assert f"{gone}: missing" in result.output and f"{cut}: damaged" in result.output
+    plan = json.loads(CliRunner().invoke(main, ["plan", str(job), "--json"]).stdout)
+    counts = ("rows_committed", "chunks_committed", "chunks_to_score", "rows_to_score")
+    assert [plan[k] for k in counts] == [32, 9, 1 + 1 + 2, 4 + 4 + 5]  # as status counts them
+
+
+def test_status_by_rows_counts_the_rows_where_drops(tmp_path: Path):
+    """With a where, by rows: the rows it drops count as done (none is to score) and are said
+    to be dropped, as by shards."""
+    job = by_rows(tmp_path, where="x0 > 0")
+    inputs = [pq.read_table(tmp_path / f"in/{n}.parquet")["x0"].to_pylist() for n in "ab"]
+    kept = [sum(x > 0 for x in xs) for xs in inputs]
+    status = job_status(load_job(job))
+    assert shard_rows(status) == {
+        "a.parquet": ("done", 3, 3, 10, 10, kept[0]),
+        "b.parquet": ("done", 8, 8, 30, 30, kept[1]),
+    }
+    text = CliRunner().invoke(main, ["status", str(job)]).output
+    assert f"{sum(kept)} written, {40 - sum(kept)} dropped by [input].where - complete" in text

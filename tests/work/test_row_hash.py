@@ -77,3 +77,17 @@ def test_a_changed_value_changes_its_rows_hash(values: list[tuple], which: st.Da
     before, after = hashes(table), hashes(changed)
     assert before[row] != after[row]
     assert np.delete(np.array(before), row).tolist() == np.delete(np.array(after), row).tolist()
+
+
+def test_a_struct_holding_text_that_is_not_utf8_is_hashed():
+    """A struct column (a datasets Image, say) whose text is not UTF-8 in one row: that row is
+    hashed by its bytes, and every other row's hash is what it was without it."""
+    raw = pa.array([b"a.png", b"\xff\xfe.png", b"c.png"], pa.binary())
+    paths = pa.Array.from_buffers(pa.string(), 3, raw.buffers())  # unchecked bytes
+    column = pa.StructArray.from_arrays([pa.nulls(3, pa.binary()), paths], ["bytes", "path"])
+    hashes = hash_column(pa.table({"image": column}), ["image"]).to_pylist()
+    good = pa.StructArray.from_arrays(
+        [pa.nulls(2, pa.binary()), pa.array(["a.png", "c.png"])], ["bytes", "path"]
+    )
+    assert hash_column(pa.table({"image": good}), ["image"]).to_pylist() == hashes[::2]
+    assert len(set(hashes)) == 3

@@ -23,7 +23,9 @@ import pyarrow as pa
 from batchscore.errors import JobError, ModelError
 from batchscore.files import Refused, read_shared
 from batchscore.storage.fs import filesystem, is_url, local_path
+from batchscore.work.columns import undecoded
 from batchscore.work.folders import FOLDER
+from batchscore.work.shards import is_text
 
 MAX_IMAGE_BYTES = 256 << 20  # one encoded image file read, at most
 # The raster formats image datasets hold, the only ones opened: Pillow would otherwise also
@@ -48,12 +50,31 @@ def load_processor(folder: Path) -> Any:
         ) from exc
 
 
-def image_values(table: pa.Table, column: str) -> tuple[list[Any], list[str | None]]:
-    """The column's values (bytes, str, or a struct's dict) and each row's folder."""
-    values = table.column(column).to_pylist()
+def image_values(
+    table: pa.Table, column: str
+) -> tuple[list[Any], list[str | None], dict[int, str]]:
+    """Each row's image, as its encoded bytes or a path (str), or None; each row's folder; and
+    the rows whose path is not UTF-8, with why. A datasets ``Image`` struct gives its bytes
+    when embedded, else its path. Paths are decoded row by row (`undecoded`): one that is
+    not UTF-8 is its row's error, not the window's."""
+    array = table.column(column)
+    named = is_text(array.type)  # paths or URIs, read here as their bytes
+    values: list[Any] = []
+    errors: dict[int, str] = {}
+    for row, value in enumerate(undecoded(array).to_pylist()):
+        path = named
+        if isinstance(value, dict):
+            path = not value.get("bytes")
+            value = value.get("bytes") or value.get("path")
+        if path and value is not None:
+            try:
+                value = value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                errors[row] = f"column {column!r}: the path is not valid UTF-8 (byte {exc.start})"
+        values.append(value)
     if FOLDER in table.column_names:
-        return values, table.column(FOLDER).to_pylist()
-    return values, [None] * len(values)
+        return values, table.column(FOLDER).to_pylist(), errors
+    return values, [None] * len(values), errors
 
 
 def read_bytes(name: str, folder: str | None) -> bytes:
@@ -63,9 +84,7 @@ def read_bytes(name: str, folder: str | None) -> bytes:
     if relative and folder:
         name = f"{folder}/{name}" if is_url(folder) else os.path.join(folder, name)
     if is_url(name):
-        fs, where = filesystem(name)
-        with fs.open_input_stream(where) as stream:
-            data = stream.read(MAX_IMAGE_BYTES + 1)
+        data = read_uri(name)
         if len(data) > MAX_IMAGE_BYTES:
             raise ValueError(f"{name}: more than the {MAX_IMAGE_BYTES:,} bytes read")
         return data
@@ -78,11 +97,23 @@ def read_bytes(name: str, folder: str | None) -> bytes:
     return data
 
 
-def encoded(value: Any, folder: str | None) -> bytes:
-    """A row's encoded image: its bytes, or those of the file it names."""
-    if isinstance(value, dict):  # a datasets Image: bytes when embedded, else its path
-        value = value.get("bytes") or value.get("path")
-    if isinstance(value, str) and value.strip():
+def read_uri(name: str) -> bytes:
+    """An image's bytes from the store a URI names. A URI is a row's value: one that cannot
+    be read here (a scheme no filesystem serves, ``http://`` without fsspec's HTTP client, a
+    store's own error for one object) is that row's error, not the job's."""
+    try:
+        fs, where = filesystem(name)
+        with fs.open_input_stream(where) as stream:
+            return stream.read(MAX_IMAGE_BYTES + 1)
+    except Exception as exc:  # JobError for the scheme, OSError or a store client's own
+        raise ValueError(f"{name}: cannot be read: {exc}") from None
+
+
+def encoded(value: bytes | str | None, folder: str | None) -> bytes:
+    """A row's encoded image (`image_values`): its bytes, or those of the file it names."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("no image (an empty path)")
         return read_bytes(value, folder)
     if not value:
         raise ValueError("no image (null or empty)")
@@ -110,7 +141,7 @@ def known_formats() -> tuple[str, ...]:
 
 def open_image(data: bytes) -> Any:
     """The decoded RGB image, or ValueError with the reason it cannot be."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     limit = Image.MAX_IMAGE_PIXELS  # read per row: a caller may raise it for big scans
     try:
@@ -124,7 +155,9 @@ def open_image(data: bytes) -> Any:
                     f"MAX_IMAGE_PIXELS ({limit:,}): refused as a decompression bomb"
                 )
             image.load()  # the whole decode: a truncated file fails here
-            return image.convert("RGB")
+            # shown as a viewer shows it, as transformers' `load_image` does: a phone stores
+            # its sensor's pixels and an EXIF orientation that turns them upright
+            return ImageOps.exif_transpose(image).convert("RGB")
     except Image.DecompressionBombError as exc:
         raise ValueError(f"refused as a decompression bomb: {exc}") from None
     except UnidentifiedImageError:
@@ -147,9 +180,11 @@ class Pictures:
     def pixels(self, table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray, dict[int, str]]:
         """Pixels of every row that reads, [rows, 3, H, W] float32; those rows; the others'
         errors (window row -> reason, naming the column)."""
-        values, folders = image_values(table, column)
-        pixels, rows, errors = [], [], {}
+        values, folders, errors = image_values(table, column)
+        pixels, rows = [], []
         for row, (value, folder) in enumerate(zip(values, folders, strict=True)):
+            if row in errors:
+                continue
             try:
                 pixels.append(self.one(open_image(encoded(value, folder))))
             except (ValueError, OSError, Refused) as exc:
