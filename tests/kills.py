@@ -70,10 +70,10 @@ class Kills:
 
     def kill(
         self, job: Path, out: Path, pick: int, *args: str, among: Iterable[str] | None = None
-    ) -> bool:
+    ) -> str | None:
         """Kill ``batchscore run JOB ARGS`` at a hit it will really make (of a point in
-        ``among``, where given) and return True; where it passes none of the points, run it to
-        its end and return False; either way in a subprocess."""
+        ``among``, where given) and return the point; where it passes none of the points, run
+        it to its end and return None; either way in a subprocess."""
         counts = reachable(job, out, restart="--restart" in args)
         chosen = self.choose(counts, pick, among)
         if chosen is None:
@@ -81,7 +81,7 @@ class Kills:
             event("a kill step whose run passes no kill point: run to its end")
             done = run(job, *args)
             assert done.returncode == 0, done.stderr[-2000:]
-            return False
+            return None
         point, nth = chosen
         done = run(job, *args, faults=f"{point}@{nth}:kill")
         assert done.returncode == -signal.SIGKILL, (
@@ -90,7 +90,7 @@ class Kills:
         )
         self.now[point] += 1
         event(f"killed at {point}")
-        return True
+        return point
 
     def round_ended(self) -> None:
         self.reached += self.now
