@@ -60,7 +60,8 @@ RUN_KILLS = [
     "retire-move",
     "remove",
 ]
-KILLS = [*RUN_KILLS, "restart-unrecorded", "restart-remove"]
+RESTART_KILLS = ["restart-unrecorded", "restart-remove"]
+KILLS = [*RUN_KILLS, *RESTART_KILLS]
 
 
 def digest(path: Path) -> str:
@@ -224,9 +225,9 @@ class OutputFolder(RuleBasedStateMachine):
     @precondition(lambda self: self.shards)
     @rule(pick=st.integers(0, 2**16))
     def kill_after_a_commit(self, pick: int) -> None:
+        was = self.restarting
         self.started()
-        if not self.kills.kill(self.job, self.out, pick, among=["after-record"]):
-            self.check_complete()
+        self.killed(self.kills.kill(self.job, self.out, pick, among=["after-record"]), was)
 
     @precondition(lambda self: self.shards)
     @rule(pick=st.integers(0, 2**16))
@@ -234,13 +235,9 @@ class OutputFolder(RuleBasedStateMachine):
         """A run SIGKILLed at any point it passes: the commit protocol's, the model's, the
         reader's, a retirement's, or while it finishes a --restart a killed run left (among
         its removals: then the folder may still be restarting, as its list says)."""
-        restarting = self.restarting
+        was = self.restarting
         self.started()
-        point = self.kills.kill(self.job, self.out, pick, among=RUN_KILLS)
-        if point is None:
-            self.check_complete()
-        elif restarting and point == "remove":
-            self.restarting = (self.out / RESTART).is_file()
+        self.killed(self.kills.kill(self.job, self.out, pick, among=RUN_KILLS), was)
 
     @precondition(lambda self: self.shards)
     @rule(chunk_rows=st.sampled_from([3, 4]), pick=st.integers(0, 2**16))
@@ -251,10 +248,22 @@ class OutputFolder(RuleBasedStateMachine):
         self.job = self.write_job(chunk_rows)
         self.started(restart=True)
         among = ["restart-unrecorded", "restart-remove"]
-        if self.kills.kill(self.job, self.out, pick, "--restart", among=among):
-            self.restarting = True
-        else:
+        self.killed(self.kills.kill(self.job, self.out, pick, "--restart", among=among), True)
+
+    def killed(self, point: str | None, restart: bool) -> None:
+        """After a run killed at ``point`` (None: it ran to its end) that was a --restart or
+        found one under way (``restart``): the restart is still under way where the kill cut
+        its records or its removals short (at a removal that may be the list's own, as its
+        list says), and done where the run was past them."""
+        if point is None:
             self.check_complete()
+        else:
+            self.restarting = self.still_restarting(point, restart)
+
+    def still_restarting(self, point: str, restart: bool) -> bool:
+        if point in RESTART_KILLS:
+            return True
+        return restart and point == "remove" and (self.out / RESTART).is_file()
 
     def whole_shards(self) -> list[str]:
         """The current shards whose output was whole at the last full run."""
@@ -274,11 +283,13 @@ class OutputFolder(RuleBasedStateMachine):
             self.remove(name)
         else:
             self.rename(name, to or "zz")
-        leaving = dict(self.leaving)
+        leaving, was = dict(self.leaving), self.restarting
         self.started()
-        if not self.kills.kill(self.job, self.out, pick, among=["retire-move"]):
+        point = self.kills.kill(self.job, self.out, pick, among=["retire-move"])
+        if point is None:
             self.check_complete()
             return
+        self.restarting = self.still_restarting(point, was)
         for shard in leaving:  # kept whole once a later start finishes the move
             self.retired.pop(shard, None)
         self.leaving.update(leaving)
@@ -434,16 +445,29 @@ def machine_settings(**more: int) -> settings:
     )
 
 
+@pytest.mark.timeout(1800)  # rounds until every point is reached: minutes on a busy machine
 def test_every_kill_point_is_reached_and_every_step_holds(monkeypatch):
-    """Rounds of sequences until a run was killed at each of ``KILLS`` (the long run:
-    ``BATCHSCORE_MACHINE_EXAMPLES`` and ``_STEPS`` more)."""
+    """Rounds of 4 sequences until a run was killed at each of ``KILLS``."""
     kills = Kills(KILLS, KILLS)
     monkeypatch.setattr(OutputFolder, "kills", kills)
     until_reached(
+        OutputFolder, kills, examples=4, steps=12, rounds=25, settings_of=machine_settings
+    )
+
+
+@pytest.mark.soak
+def test_the_long_run(monkeypatch):
+    """The same, for as long as asked: ``pytest -m soak tests/output/test_state_machine.py``
+    runs at least ``BATCHSCORE_MACHINE_EXAMPLES`` examples of ``_STEPS`` steps (60, 15)."""
+    kills = Kills(KILLS, KILLS)
+    monkeypatch.setattr(OutputFolder, "kills", kills)
+    examples = int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "60"))
+    until_reached(
         OutputFolder,
         kills,
-        examples=int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "12")),
-        steps=int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "12")),
-        rounds=6,
+        examples=10,
+        steps=int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "15")),
+        rounds=max(examples // 10, 1),
         settings_of=machine_settings,
+        at_least=examples,
     )
