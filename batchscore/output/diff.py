@@ -32,8 +32,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from batchscore.errors import InputDataError
+from batchscore.errors import InputDataError, WriteError
 from batchscore.job.sections import ROW_HASH, InputConfig
+from batchscore.output.keys import read_keys
 from batchscore.storage.store import Store
 from batchscore.work.columns import normalized
 from batchscore.work.row_hash import hashed_columns, row_hashes, value_words
@@ -169,9 +170,11 @@ def row_diff(
     store: Store,
     committed: dict[str, dict[str, Any]],
     unread: bool = False,
+    taken: set[str] | frozenset[str] = frozenset(),
 ) -> RowDiff:
     """The diff of ``shards`` (those the plan could read) against the ``committed`` records'
-    data files in ``store``. Parts spill to a temporary folder of this machine's (never the
+    data files in ``store`` (of the chunks another writer took over, ``taken``, their keys:
+    `batchscore.output.keys`). Parts spill to a temporary folder of this machine's (never the
     output folder: `status` and `plan` write nothing there), removed on the way out; a shard
     that cannot be read (`InputDataError`) is left out and listed in ``failures``. With one
     left out, or ``unread`` (some shard's footer failed the plan), only new ids are scored and
@@ -193,7 +196,7 @@ def row_diff(
             except InputDataError as exc:  # its rows already added are left out of the join
                 diff.failures.append({"shard": shard.path, "error": str(exc)})
         for index, key in enumerate(keys):
-            table = committed_keys(store, committed[key]["file"], inp.id, index)
+            table = committed_keys(store, committed[key], inp.id, index, taken=key in taken)
             diff.committed += table.num_rows
             sides[1].add(table)
         id_type = sides[0].id_type or sides[1].id_type or pa.int64()
@@ -280,9 +283,22 @@ def input_keys(
     diff.input_rows += passing
 
 
-def committed_keys(store: Store, file: str, id_column: str, index: int) -> pa.Table:
-    """A committed file's rows as (id, hash, file, row): its id and hash columns alone."""
-    table = store.read_table(file, [id_column, ROW_HASH])
+def committed_keys(
+    store: Store, record: dict[str, Any], id_column: str, index: int, *, taken: bool
+) -> pa.Table:
+    """A committed file's rows as (id, hash, file, row): its id and hash columns alone, read
+    from its keys where another writer took the file over (``taken``: it may be gone), in
+    the file's order."""
+    file = record["file"]
+    table = read_keys(store, record["chunk"]) if taken else None
+    if table is None and taken and store.size(file) is None:
+        raise WriteError(
+            f"{store.where(file)}: another writer rewrote this committed file into the Delta "
+            "table's own and it is gone, and batchscore has no keys of its rows to diff the "
+            "input against; batchscore changed nothing. Point [output].path at a new folder"
+        )
+    if table is None:
+        table = store.read_table(file, [id_column, ROW_HASH])
     rows = np.arange(table.num_rows, dtype=np.int64)
     return pa.table(
         {
