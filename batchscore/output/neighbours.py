@@ -62,9 +62,12 @@ def check_columns(ckpt: Checkpoint) -> None:
 def check_carried(ckpt: Checkpoint, carried: pa.Schema | None) -> None:
     """Refuse (`WriteError`, naming the column), before anything changes, input columns this
     run carries that the table holds under another type (an id whose type changed in the
-    input, say): the old rows would retire, then the new ones be refused."""
+    input, say): the old rows would retire, then the new ones be refused. A table that holds
+    no file takes any columns (`Table.mode_for`: after a --restart of a job that changed)."""
     table = ckpt.table
     if table is None or carried is None or not len(carried) or table.loaded() is None:
+        return
+    if not table.loaded().file_uris():
         return
     ours = fit(canonical_schema(carried)).remove_metadata()
     check(table.loaded(), ours, table.uri, what=" as the input's columns now are")
