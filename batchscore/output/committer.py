@@ -32,12 +32,13 @@ from batchscore.job.sections import OutputConfig
 from batchscore.observe.report import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.delta import fit
+from batchscore.output.keys import key_columns, keys_of, publish_keys
 from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Pending
 from batchscore.output.settled import Decision
 from batchscore.output.verdict import bad_share_error
 from batchscore.output.writer import ChunkWriter
-from batchscore.storage.layout import part_name, rejected_name
+from batchscore.storage.layout import KEYS, part_name, rejected_name
 from batchscore.threads import available_cores, in_shares
 from batchscore.work.columns import cast_exactly
 from batchscore.work.row_errors import rejected_lines
@@ -59,6 +60,7 @@ class Staged:
         self.chunk, self.writer = chunk, writer
         self.read = 0  # input rows its parts covered so far
         self.rejected: list[pa.Table] = []
+        self.keys: list[pa.Table] = []  # a Delta table's: its rows' key columns, per part
         self.facts: FileFacts | None = None
 
 
@@ -86,6 +88,9 @@ class Committer:
         if ckpt.table is not None:  # Delta has no fixed-size lists, no unsigned integers
             schema = fit(schema)
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
+        # a Delta table's chunks keep their rows' keys (`batchscore.output.keys`): none by id
+        self.id = ckpt.table.id_column if ckpt.table is not None else None
+        self.keyed = key_columns(schema, self.id)
         self.claim, self.decision, self.metadata = claim, decision, metadata
         self.bad_by_shard, self.total_rows = todo.bad_by_shard, todo.total_rows
         self.on_commit = on_commit
@@ -113,7 +118,10 @@ class Committer:
             file = self.open.get(chunk.key)
             if file is None:
                 file = self.open[chunk.key] = Staged(chunk, self.writer_for(chunk))
-            file.writer.append(conform(item.table, self.schema, chunk))
+            rows = conform(item.table, self.schema, chunk)
+            file.writer.append(rows)
+            if self.keyed:
+                file.keys.append(rows.select(self.keyed))
             file.read += item.table.num_rows if item.read is None else item.read
         except InputDataError as exc:
             self.drop_open(chunk.shard.index)  # the staged chunks are complete: they commit
@@ -167,6 +175,8 @@ class Committer:
         for staged in group:
             staged.writer.publish(durable=False)
         self.ckpt.barrier("")  # every rename above made durable by one folder sync
+        if self.keyed:  # the chunks' keys, durable before their rows join the table
+            self.ckpt.barrier(KEYS)
         if self.ckpt.table is not None:  # the group's rows join the Delta table, in one commit
             files = [(s.chunk.key, s.facts) for s in group]
             self.ckpt.table.append(files, schema=self.schema, metadata=self.metadata)
@@ -182,10 +192,17 @@ class Committer:
         return records
 
     def finish(self, group: list[Staged]) -> None:
-        """Close, fsync and check every staged file of the group, a few at once."""
+        """Close, fsync and check every staged file of the group, a few at once; in a Delta
+        table, publish each chunk's keys (made durable by the group's barrier)."""
 
         def one(staged: Staged) -> None:
             staged.facts = staged.writer.finish(staged.writer.rows)
+            if self.keyed:
+                empty = [self.schema.empty_table().select(self.keyed)]
+                rows = pa.concat_tables(staged.keys or empty)
+                keys = keys_of(rows, self.id, written=self.schema)
+                if keys is not None:
+                    publish_keys(self.ckpt.store, staged.chunk.key, keys, durable=False)
 
         in_shares(one, group, FINISHERS)
 

@@ -17,21 +17,34 @@ Every step that deletes or moves a data file goes through `Checkpoint.remove` or
 `Checkpoint.move`, which call `Table.retire` first: nothing the log names is ever deleted
 under it.
 
+The table is shared: other writers compact it, Z-order it, delete from it, vacuum it and add
+columns to it, and their commits are its truth. A chunk whose version is odd but whose file
+the table no longer holds was taken over by another writer (`Table.handed`): its rows are in
+the table as that writer left them (some deleted, perhaps), in files of its own, and its own
+file may be vacuumed away. That is neither damage nor drift: batchscore never adds the file
+back, and never scores the chunk again while its input holds. When its rows must leave
+(its shard left or changed, a row of it was edited or deleted, a ``--restart``), they are
+found by the chunk's keys (`batchscore.output.keys`) and taken out by a Delta merge on the id
+(and the row hash), wherever they now lie; another writer's own rows carry no row hash of
+batchscore's, and are never touched by rows.
+
 Retired output (a shard that left the input, a chunk un-committed, a ``--restart``) becomes a
 Delta delete: `Table.retire` removes whole chunks (one transaction for a whole retirement). By
 rows, a file some of whose rows retire is never rewritten in place (the log names each file
 once, with its size and rows): its kept rows go to a new file under a new chunk key, and
 `Table.rewrite` swaps the two in one transaction (`batchscore.output.rewrite`), so the table's
-files and the committed chunks' files stay one set; `Table.reconcile` mends them at a run's
-start if anything left them apart. Each commit's info carries the lineage: the job, the model,
-the precision and the batchscore version (``custom_metadata``, as ``DeltaTable.history()``
-shows it), and which chunks it added or removed.
+files and the committed chunks' files stay one set (but for those another writer took
+over); `batchscore.output.neighbours.reconcile` mends them at a run's start if anything of
+batchscore's left them apart. Each commit's info carries the lineage: the job, the model, the
+precision and the batchscore version (``custom_metadata``, as ``DeltaTable.history()`` shows
+it), and which chunks it added or removed.
 
 Delta has no fixed-size lists and no unsigned integers, so a table's schema lists vectors as
 lists and widens unsigned integers to the next signed type (`fit`); the Parquet footers still
-carry batchscore's metadata. An object-store table uses the store's standard credentials and
-endpoint (for S3 the ``AWS_*`` variables, as the Parquet output does), read by `deltalake`
-itself.
+carry batchscore's metadata. Columns another writer adds are kept, and batchscore commits
+under them (`batchscore.output.table_columns`). An object-store table uses the store's
+standard credentials and endpoint (for S3 the ``AWS_*`` variables, as the Parquet output
+does), read by `deltalake` itself.
 """
 
 from __future__ import annotations
@@ -44,13 +57,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from batchscore.errors import JobError, WriteError
+from batchscore.errors import JobError, WriteError, write_error
 from batchscore.job.sections import Job
 from batchscore.output.contents import lineage
+from batchscore.output.keys import read_keys
 from batchscore.output.manifest import FileFacts
-from batchscore.storage.layout import is_chunk_name, part_key, part_name
+from batchscore.output.table_columns import delta_fields, difference, fields_of, refusal
+from batchscore.storage.layout import KEYS, is_chunk_name, keys_key, keys_name, part_key, part_name
 from batchscore.storage.store import Store
 
 log = logging.getLogger("batchscore")
@@ -95,26 +109,34 @@ def delta_table(job: Job, store: Store) -> Table | None:
     folder of Parquet files alone)."""
     if job.output.format != "delta":
         return None
-    return Table(store, lineage=lineage(job))
+    return Table(store, lineage=lineage(job), id_column=job.input.id)
 
 
 class Table:
     """The Delta table at an output folder (created by the first commit that adds files).
 
     ``lineage`` goes into every commit's info; an append adds its data files' metadata.
+    ``id_column``: the job's `[input].id`, whose values (with the row hash, by rows) find a
+    chunk's rows once another writer took them over (None: they cannot be found).
     """
 
-    def __init__(self, store: Store, *, lineage: dict[str, str]) -> None:
+    def __init__(
+        self, store: Store, *, lineage: dict[str, str], id_column: str | None = None
+    ) -> None:
         try:
             import deltalake  # noqa: F401  (optional: the `delta` extra)
         except ImportError:
             raise JobError(
                 f'[output].format = "delta" needs the deltalake package: {EXTRA}'
             ) from None
-        self.store, self.lineage = store, lineage
+        self.store, self.lineage, self.id_column = store, lineage, id_column
         self.uri = str(store.url)  # a local folder's path, or the store's URL
         self.options = storage_options(self.uri)
         self.dt: Any = None  # the table as last read or committed (one run writes it)
+        # what the table at its current version says, read once: deltalake's lookup of an
+        # application transaction walks them all (about 1 ms a lookup among 5,000 chunks)
+        self.versions: dict[str, int] = {}
+        self.live: set[str] | None = None
 
     def loaded(self) -> Any:
         """The table, or None while there is none."""
@@ -131,7 +153,28 @@ class Table:
     def version_of(self, key: str) -> int:
         """The chunk's application-transaction version: odd while its file is in the table."""
         dt = self.loaded()
-        return (dt.transaction_version(app_id(key)) or 0) if dt is not None else 0
+        if dt is None:
+            return 0
+        if key not in self.versions:
+            self.versions[key] = dt.transaction_version(app_id(key)) or 0
+        return self.versions[key]
+
+    def chunks(self) -> set[str]:
+        """The chunks whose files the table holds (by name; another writer's files are not)."""
+        if self.loaded() is None:
+            return set()
+        if self.live is None:
+            paths = pa.table(self.loaded().get_add_actions(flatten=False)).column("path")
+            self.live = {part_key(p) for p in paths.to_pylist() if is_chunk_name(p)}
+        return self.live
+
+    def handed(self, keys: Iterable[str]) -> set[str]:
+        """Those of chunks ``keys`` another writer took over: in the table by their version
+        (odd), their file not (see the module's note)."""
+        if self.loaded() is None:
+            return set()
+        live = self.chunks()
+        return {k for k in keys if k not in live and self.version_of(k) % 2 == 1}
 
     def append(
         self, files: list[tuple[str, FileFacts]], *, schema: pa.Schema, metadata: dict[str, str]
@@ -147,11 +190,12 @@ class Table:
         fresh = [(key, facts) for key, facts in files if self.version_of(key) % 2 == 0]
         if not fresh:
             return
+        mode, columns = self.mode_for(schema)
         now = int(time.time() * 1000)
         adds = [add_action(k, f.size, f.rows, now) for k, f in fresh]
         txns = [Transaction(app_id(k), self.version_of(k) + 1) for k, _ in fresh]
         info = self.info("append", [k for k, _ in fresh], metadata)
-        self.commit(adds, txns, info, schema, mode=self.mode_for(schema))
+        self.commit(adds, txns, info, columns, mode=mode)
 
     def create(self, schema: pa.Schema) -> None:
         """Make the table, empty, with these columns (one that is there already is kept)."""
@@ -161,53 +205,103 @@ class Table:
             DeltaTable.create(self.uri, schema, mode="ignore", storage_options=self.options)
         except Exception as exc:
             raise self.error("create", exc) from exc
-        self.dt = None
+        self.dt, self.versions, self.live = None, {}, None
 
-    def mode_for(self, schema: pa.Schema) -> str:
-        """ "append" while the table's columns are ``schema``'s; "overwrite" (which takes the
-        new columns) where they differ and the table holds no file (after a ``--restart`` of
-        a job whose columns changed: an append would keep the old columns and hide the new).
-        Columns that differ under live files are refused: this run's would not read."""
-        from deltalake import Schema
-
+    def mode_for(self, schema: pa.Schema) -> tuple[str, Any]:
+        """How files of columns ``schema`` join the table, and under which columns: "append"
+        under the table's own where they take them (columns another writer added are kept,
+        `batchscore.output.table_columns`); "overwrite" under ``schema`` where they do not
+        and the table holds no file (after a ``--restart`` of a job whose columns changed: an
+        append would keep the old columns and hide the new). Refused where it holds files."""
         dt = self.loaded()
-        if Schema.from_arrow(schema).to_json() == dt.schema().to_json():
-            return "append"
+        found = difference(fields_of(dt.schema()), delta_fields(schema))
+        if found is None:
+            return "append", dt.schema()
         if dt.file_uris():
-            raise WriteError(
-                f"{self.uri}: the Delta table's columns differ from this job's output and it "
-                "holds rows; run with --restart to start over, or point [output].path elsewhere"
-            )
-        return "overwrite"
+            raise refusal(self.uri, found)
+        return "overwrite", schema
 
     def retire(self, keys: Iterable[str]) -> int:
-        """Take the whole files of chunks ``keys`` out of the table, as one transaction (those
-        still in it; returns how many were)."""
+        """Take chunks ``keys`` out of the table (those still in it; returns how many were):
+        the files it holds of theirs in one transaction, and the rows of those another writer
+        took over, wherever they lie, in another (`take_back`); then their keys go."""
         from deltalake import Transaction
         from deltalake.transaction import RemoveAction
 
         keys = list(dict.fromkeys(keys))
-        if not keys or self.loaded() is None:
-            return 0
-        live = [k for k in keys if self.version_of(k) % 2 == 1]
-        if not live:
-            return 0
-        now = int(time.time() * 1000)
-        removes = [RemoveAction(part_name(k), True, now) for k in live]
-        txns = [Transaction(app_id(k), self.version_of(k) + 1) for k in live]
-        self.commit(removes, txns, self.info("delete", live, {}), None)
-        return len(live)
+        inside = [k for k in keys if self.version_of(k) % 2 == 1]
+        live = self.chunks() if inside else set()
+        whole = [k for k in inside if k in live]
+        if whole:
+            now = int(time.time() * 1000)
+            removes = [RemoveAction(part_name(k), True, now) for k in whole]
+            txns = [Transaction(app_id(k), self.version_of(k) + 1) for k in whole]
+            self.commit(removes, txns, self.info("delete", whole, {}), None)
+        self.take_back([k for k in inside if k not in live])
+        self.drop_keys(keys)
+        return len(inside)
+
+    def take_back(self, keys: list[str]) -> None:
+        """Take the rows of chunks another writer took over out of the table, wherever they
+        now lie, by their keys, in one merge that makes their versions even."""
+        from deltalake import Transaction
+
+        if not keys:
+            return
+        found = {key: read_keys(self.store, key) for key in keys}
+        lacking = sorted(key for key, rows in found.items() if rows is None)
+        if lacking:  # `batchscore.output.neighbours.check_keys` refuses it before any change
+            raise WriteError(
+                f"{self.uri}: another writer rewrote the files of chunk(s) {', '.join(lacking)} "
+                "and batchscore has no keys to find their rows by in the Delta table"
+            )
+        txns = [Transaction(app_id(k), self.version_of(k) + 1) for k in keys]
+        self.delete_keys([t for t in found.values() if t is not None], txns, keys)
+
+    def delete_rows(self, leaving: dict[str, pa.Table]) -> None:
+        """Take some rows of chunks another writer took over out of the table, in one merge
+        (``leaving``: each chunk's rows that leave, as its keys name them); the chunks stay."""
+        if leaving:
+            self.delete_keys(list(leaving.values()), [], sorted(leaving))
+
+    def delete_keys(self, found: list[pa.Table], txns: list[Any], keys: list[str]) -> None:
+        """One merge that deletes the table's rows whose key columns equal a row of ``found``
+        (another writer's own rows hold no row hash of batchscore's: by rows they never
+        match), chunks ``keys``' application transactions ``txns`` with it. Where nothing
+        matched, the merge commits nothing, and ``txns`` are committed alone."""
+        from deltalake import CommitProperties
+
+        dt, info = self.loaded(), self.info("delete", keys, {})
+        names = found[0].column_names
+        source = pa.concat_tables([t.select(names).replace_schema_metadata(None) for t in found])
+        before = dt.version()
+        if source.num_rows and set(names) <= set(fields_of(dt.schema())):
+            on = " AND ".join(f"t.{quoted(name)} = s.{quoted(name)}" for name in names)
+            properties = CommitProperties(custom_metadata=info, app_transactions=txns)
+            try:
+                merge = dt.merge(
+                    source, on, source_alias="s", target_alias="t", commit_properties=properties
+                )
+                merge.when_matched_delete().execute()
+            except Exception as exc:
+                raise self.error("delete rows from", exc) from exc
+            self.refresh()
+        if txns and self.dt.version() == before:
+            self.commit([], txns, info, None)
 
     def rewrite(self, old: str, new: str, *, size: int, rows: int) -> None:
         """Swap chunk ``old``'s file for chunk ``new``'s (``size`` bytes, ``rows`` rows: the
         old rows less those a retirement took, `batchscore.output.rewrite`) in one
         transaction: a remove and an add, both chunks' versions moved on, so Delta readers see
-        the retired rows leave and nothing else. Done already, it does nothing."""
+        the retired rows leave and nothing else. Done already, it does nothing. Where another
+        writer took ``old``'s file over since (a kill, then a compaction), its rows leave by
+        its keys first (`take_back`), and the new file joins after."""
         from deltalake import Transaction
         from deltalake.transaction import RemoveAction
 
         if self.loaded() is None:
             return  # no table to follow: `reconcile` makes it from the records
+        self.take_back(sorted(self.handed([old])))
         now, actions, txns = int(time.time() * 1000), [], []
         if (version := self.version_of(old)) % 2 == 1:
             actions.append(RemoveAction(part_name(old), True, now))
@@ -219,56 +313,23 @@ class Table:
             info = self.info("rewrite", [new], {}) | {"batchscore.replaces": [old]}
             self.commit(actions, txns, info, None)
 
-    def reconcile(self, committed: dict[str, dict[str, Any]]) -> None:
-        """Make the table's batchscore files the ``committed`` chunks' files (records whose
-        files are intact), in one transaction: a chunk file the table holds with no record
-        leaves it, and a record's file it lacks joins it (the table is made from the first
-        one's columns if there is none). A run keeps the two in step itself; this mends what
-        a kill at an unforeseen moment, or a hand on the log, left apart."""
-        from deltalake import Transaction
-        from deltalake.transaction import RemoveAction
+    def kept(self) -> set[str]:
+        """The chunks whose keys are kept (`batchscore.output.keys`)."""
+        return {k for name in self.store.names(KEYS) if (k := keys_key(f"{KEYS}/{name}"))}
 
-        if self.loaded() is None:
-            if not committed:
-                return
-            first = committed[min(committed)]["file"]
+    def drop_keys(self, keys: Iterable[str]) -> None:
+        """Delete the keys of chunks out of the table (a missing one is fine)."""
+        for key in keys:
             try:
-                with self.store.open_input(first) as fh:
-                    schema = pq.read_schema(fh)
-            except (OSError, pa.ArrowException) as exc:
-                raise self.error(f"read {first} to make", exc) from exc
-            self.create(fit(schema).remove_metadata())
-        live = self.chunks()
-        stray, missing = sorted(live - set(committed)), sorted(set(committed) - live)
-        if not stray and not missing:
-            return
-        log.warning(
-            "%s: the Delta table held %d file(s) no commit record names and lacked %d "
-            "committed one(s); mended",
-            self.uri,
-            len(stray),
-            len(missing),
-        )
-        now, actions, txns = int(time.time() * 1000), [], []
-        for key in stray:
-            actions.append(RemoveAction(part_name(key), True, now))
-            txns.append(Transaction(app_id(key), after(self.version_of(key), odd=False)))
-        for key in missing:
-            record = committed[key]
-            actions.append(add_action(key, record["size"], record["rows"], now))
-            txns.append(Transaction(app_id(key), after(self.version_of(key), odd=True)))
-        info = self.info("reconcile", missing, {}) | {"batchscore.removed": stray}
-        self.commit(actions, txns, info, None)
-
-    def chunks(self) -> set[str]:
-        """The chunks whose files the table holds (by name; another writer's files are not)."""
-        paths = pa.table(self.loaded().get_add_actions(flatten=False)).column("path")
-        return {part_key(p) for p in paths.to_pylist() if is_chunk_name(p)}
+                self.store.delete(keys_name(key))
+            except OSError as exc:
+                raise write_error(self.store.where(keys_name(key)), exc, doing="remove") from exc
 
     def retire_files(self, rels: Iterable[str]) -> None:
-        """`retire` the chunks whose data files ``rels`` name (other names are not the
-        table's): called before any of them is deleted or moved."""
-        self.retire(k for rel in rels if "/" not in rel and (k := part_key(rel)) is not None)
+        """`retire` the chunks whose data files or keys ``rels`` name (other names are not
+        the table's): called before any of them is deleted or moved."""
+        keys = [keys_key(rel) if "/" in rel else part_key(rel) for rel in rels]
+        self.retire(k for k in keys if k is not None)
 
     def info(self, operation: str, keys: list[str], metadata: dict[str, str]) -> dict[str, Any]:
         """A commit's custom metadata: the lineage, what it did, to which chunks."""
@@ -280,11 +341,12 @@ class Table:
         actions: list[Any],
         txns: list[Any],
         info: dict[str, Any],
-        schema: pa.Schema | None,
+        schema: Any,
         *,
         mode: str = "append",
     ) -> None:
-        """One transaction: the file actions, the chunks' application transactions, the info."""
+        """One transaction: the file actions, the chunks' application transactions, the info,
+        under columns ``schema`` (None: the table's)."""
         from deltalake import CommitProperties
 
         dt = self.loaded()
@@ -299,6 +361,7 @@ class Table:
 
     def refresh(self) -> None:
         """Read the log's new versions (only those: the table is not read again whole)."""
+        self.versions, self.live = {}, None
         try:
             self.dt.update_incremental()
         except Exception as exc:
@@ -315,10 +378,9 @@ def add_action(key: str, size: int, rows: int, now: int) -> Any:
     return AddAction(part_name(key), size, {}, now, True, json.dumps({"numRecords": rows}))
 
 
-def after(version: int, *, odd: bool) -> int:
-    """The next application-transaction version above ``version`` that is odd (the chunk's
-    file in the table) or even (out of it)."""
-    return version + 1 if version % 2 != odd else version + 2
+def quoted(name: str) -> str:
+    """A column's name as a Delta predicate (SQL) names it, whatever its case or characters."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 # what of the data files' metadata goes into each commit's info

@@ -20,7 +20,6 @@ Duplicate ids among the input rows that pass `where`, and null ids, are the inpu
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -30,14 +29,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
-from batchscore.errors import InputDataError
+from batchscore.errors import InputDataError, WriteError
 from batchscore.job.sections import ROW_HASH, InputConfig
 from batchscore.output.drift import check_values
+from batchscore.output.keys import read_keys
+from batchscore.output.parts import Parts
 from batchscore.storage.store import Store
-from batchscore.work.columns import normalized
-from batchscore.work.row_hash import hashed_columns, row_hashes, value_words
+from batchscore.work.columns import int64s, normalized
+from batchscore.work.row_hash import hashed_columns, row_hashes
 from batchscore.work.shards import check_unchanged, open_shard, read_error
 from batchscore.work.units import Shard
 
@@ -102,13 +102,6 @@ def rows_line(counts: dict[str, int]) -> str:
     )
 
 
-def int64s(values: np.ndarray) -> pa.Array:
-    """An int64 Arrow array from numpy's buffer (`pa.array` over numpy first asks whether it
-    is pandas, which imports pandas)."""
-    values = np.ascontiguousarray(values, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
-
-
 def unpacked(values: np.ndarray) -> dict[int, np.ndarray]:
     """Packed (source, row) pairs as sorted rows per source."""
     values = np.sort(values)
@@ -117,49 +110,6 @@ def unpacked(values: np.ndarray) -> dict[int, np.ndarray]:
     rows = values & np.int64((1 << SHIFT) - 1)
     pairs = zip(np.split(sources, cuts), np.split(rows, cuts), strict=True)
     return {int(source[0]): found for source, found in pairs if len(source)}
-
-
-class Parts:
-    """One side of the diff split by its ids' hash, in memory (one part) or in IPC files."""
-
-    def __init__(self, count: int, folder: Path, name: str) -> None:
-        self.count, self.tables = count, [[] for _ in range(count)]
-        self.files = [folder / f"diff-{name}-{i}.arrow" for i in range(count)] if count > 1 else []
-        self.writers: list[Any] = [None] * len(self.files)
-        self.id_type: pa.DataType | None = None  # the first table's, for parts left empty
-
-    def add(self, table: pa.Table) -> None:
-        self.id_type = self.id_type or table.schema.field("id").type
-        if self.count == 1:
-            self.tables[0].append(table)
-            return
-        part = (value_words(table.column("id").combine_chunks()) % np.uint64(self.count)).astype(
-            np.int64
-        )
-        for i in np.unique(part):
-            chosen = table.take(int64s(np.flatnonzero(part == i)))
-            if self.writers[i] is None:
-                self.writers[i] = ipc.new_file(str(self.files[i]), chosen.schema)
-            self.writers[i].write_table(chosen)
-
-    def part(self, i: int, schema: pa.Schema) -> pa.Table:
-        if self.count == 1:
-            return pa.concat_tables(self.tables[0]) if self.tables[0] else schema.empty_table()
-        if self.writers[i] is None:
-            return schema.empty_table()
-        self.writers[i].close()
-        self.writers[i] = None
-        with ipc.open_file(str(self.files[i])) as reader:
-            table = reader.read_all()
-        self.files[i].unlink()
-        return table
-
-    def close(self) -> None:
-        for writer, path in zip(self.writers, self.files, strict=True):
-            if writer is not None:
-                with contextlib.suppress(OSError):
-                    writer.close()
-            path.unlink(missing_ok=True)
 
 
 def row_diff(
@@ -171,9 +121,11 @@ def row_diff(
     committed: dict[str, dict[str, Any]],
     carried: pa.Schema | None = None,
     unread: bool = False,
+    taken: set[str] | frozenset[str] = frozenset(),
 ) -> RowDiff:
     """The diff of ``shards`` (those the plan could read) against the ``committed`` records'
-    data files in ``store``; each carried column's values must fit its type in ``carried``
+    data files in ``store`` (of the chunks another writer took over, ``taken``, their keys:
+    `batchscore.output.keys`); each carried column's values must fit its type in ``carried``
     (the plan's: the folder's, `batchscore.output.drift.check_values`). Parts spill to a
     temporary folder of this machine's (never the output folder: `status` and `plan` write
     nothing there), removed on the way out; a shard that cannot be read (`InputDataError`)
@@ -196,7 +148,7 @@ def row_diff(
             except InputDataError as exc:  # its rows already added are left out of the join
                 diff.failures.append({"shard": shard.path, "error": str(exc)})
         for index, key in enumerate(keys):
-            table = committed_keys(store, committed[key]["file"], inp.id, index)
+            table = committed_keys(store, committed[key], inp.id, index, taken=key in taken)
             diff.committed += table.num_rows
             sides[1].add(table)
         id_type = sides[0].id_type or sides[1].id_type or pa.int64()
@@ -291,9 +243,22 @@ def input_keys(
     diff.input_rows += passing
 
 
-def committed_keys(store: Store, file: str, id_column: str, index: int) -> pa.Table:
-    """A committed file's rows as (id, hash, file, row): its id and hash columns alone."""
-    table = store.read_table(file, [id_column, ROW_HASH])
+def committed_keys(
+    store: Store, record: dict[str, Any], id_column: str, index: int, *, taken: bool
+) -> pa.Table:
+    """A committed file's rows as (id, hash, file, row): its id and hash columns alone, read
+    from its keys where another writer took the file over (``taken``: it may be gone), in
+    the file's order."""
+    file = record["file"]
+    table = read_keys(store, record["chunk"]) if taken else None
+    if table is None and taken and store.size(file) is None:
+        raise WriteError(
+            f"{store.where(file)}: another writer rewrote this committed file into the Delta "
+            "table's own and it is gone, and batchscore has no keys of its rows to diff the "
+            "input against; batchscore changed nothing. Point [output].path at a new folder"
+        )
+    if table is None:
+        table = store.read_table(file, [id_column, ROW_HASH])
     rows = np.arange(table.num_rows, dtype=np.int64)
     return pa.table(
         {

@@ -5,18 +5,22 @@ A run by rows, at its start (after the clean-up of a killed run's files):
 1. finishes a retirement, or a rewrite, a killed run left half done, and un-commits chunks
    whose data file is missing or changed (their rows are then simply not committed);
 2. diffs the input against the committed rows (`batchscore.output.diff`);
-3. retires the committed rows that no longer hold: a data file all of whose rows retire moves,
+3. cuts the rows to score into chunks of at most `[output].chunk_rows`, each named with the
+   run's label, so rows scored by a later increment land in files of their own (and makes
+   room for their files: a refusal comes before anything retires);
+4. retires the committed rows that no longer hold: a data file all of whose rows retire moves,
    whole, to ``_batchscore/gone/<stamp>/`` (`batchscore.output.retire`'s plan and moves); a
    file some of whose rows retire is rewritten without them (`batchscore.output.rewrite`: in
-   place, or under a new chunk key in a Delta table), those rows kept in the same folder;
-4. cuts the rows to score into chunks of at most `[output].chunk_rows`, each named with the
-   run's label, so rows scored by a later increment land in files of their own.
+   place, or under a new chunk key in a Delta table), those rows kept in the same folder. In
+   a Delta table, the rows of a chunk another writer took over leave the table by its keys,
+   wherever they lie (`batchscore.output.neighbours`).
 
 Every step is safe to cut off: what the diff finds is recomputed from the facts on disk at
 the next start, so a killed run leaves nothing that the next one trusts blindly; a rewrite is
 published after an intent, and the next start finishes or forgets it (see its module), so
 after it no row is in two committed files, nor lost. With a Delta table, the table's files
-are made the committed chunks' files before the diff (`Table.reconcile`).
+are made the committed chunks' files before the diff, but for those another writer took over
+(`batchscore.output.neighbours.reconcile`), whose rows the diff reads from their keys.
 
 `retire_rows` is the one place that takes committed rows out of the output.
 
@@ -32,13 +36,22 @@ import os
 import time
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.diff import RowDiff, row_diff
 from batchscore.output.drift import folder_reference
+from batchscore.output.keys import publish_keys, read_keys
 from batchscore.output.manifest import problems
+from batchscore.output.neighbours import (
+    backfill,
+    check_carried,
+    check_keys,
+    reconcile,
+    taken_over,
+)
 from batchscore.output.pending import Pending, check_room, check_shard, read_footer
 from batchscore.output.retire import MOVING, carry_out, finish_retiring, summary
 from batchscore.output.rewrite import rewrite
@@ -49,6 +62,7 @@ from batchscore.storage.layout import (
     rejected_name,
     retirement_name,
 )
+from batchscore.work.columns import int64s
 from batchscore.work.units import Chunk, Shard, chunks_of
 
 log = logging.getLogger("batchscore")
@@ -83,15 +97,21 @@ def pending_rows(
     plan.carried = reference.schema if reference else pa.schema([])
     for where in ckpt.drop_damaged() if forget else []:
         log.warning("%s was damaged and is removed; its rows are scored again", where)
-    for key, why in sorted(problems(ckpt.store, committed).items()):
+    taken = taken_over(ckpt, committed)  # a Delta table's, by another writer: not damaged
+    if forget:
+        backfill(ckpt, committed)
+        check_keys(ckpt.table, {k: committed[k] for k in taken}, "the diff of rows")
+    intact = {k: r for k, r in committed.items() if k not in taken}
+    for key, why in sorted(problems(ckpt.store, intact).items()):
         record = committed.pop(key)
         said = f"{record['file']} is {why}"
         log.warning("%s: its %d rows are scored again", said, record["rows"])
         plan.redone.append({"chunk": key, "file": record["file"], "why": said})
         if forget:
             ckpt.forget(key, record)
-    if forget and ckpt.table is not None:  # the table's files: the committed chunks' files
-        ckpt.table.reconcile(committed)
+    if forget:  # the table's files: the committed chunks' files (but those taken over)
+        taken = reconcile(ckpt, committed)
+        check_carried(ckpt, plan.carried)  # before anything retires: the rows must fit it
     diff = row_diff(
         inp,
         kinds=kinds,
@@ -100,11 +120,14 @@ def pending_rows(
         committed=committed,
         carried=plan.carried,
         unread=bool(plan.failures),  # a shard not read: what left cannot be told
+        taken=taken,
     )
     plan.failures += diff.failures
-    if forget and diff.retire:
-        plan.retired = retire_rows(ckpt, diff, committed, inp)
     plan.chunks = cut(readable, diff, rows_of, chunk_rows=chunk_rows, label=label)
+    if forget:  # a refusal comes before anything retires: never a row retired, then refused
+        check_room(ckpt, plan.chunks, fingerprint)
+    if forget and diff.retire:
+        plan.retired = retire_rows(ckpt, diff, committed, taken=taken)
     plan.increments = diff.counts()
     plan.passing = diff.passing
     plan.done_rows = diff.unchanged
@@ -112,8 +135,6 @@ def pending_rows(
     for record in committed.values():
         path = record["shard"]["path"]
         plan.bad_by_shard[path] = plan.bad_by_shard.get(path, 0) + record["bad_rows"]
-    if forget:
-        check_room(ckpt, plan.chunks, fingerprint)
     return plan
 
 
@@ -157,15 +178,19 @@ def cut(
 
 
 def retire_rows(
-    ckpt: Checkpoint, diff: RowDiff, committed: dict[str, dict[str, Any]], inp: InputConfig
+    ckpt: Checkpoint, diff: RowDiff, committed: dict[str, dict[str, Any]], *, taken: set[str]
 ) -> list[dict[str, Any]]:
     """Retire the committed rows the diff found no longer hold, keeping them under one
     retirement folder of ``gone/``; drop the files that retire whole from ``committed``.
+    The rows of a chunk another writer took over (``taken``, in a Delta table) leave the
+    table by their keys, wherever they lie, and its keys lose them (`retire_taken`).
     Returns what was kept where (the run report's ``retired``)."""
+    keys = {key: read_keys(ckpt.store, key) for key in diff.retire if key in taken}
     whole = {
         key: committed[key]
         for key, rows in diff.retire.items()
-        if len(rows) == committed[key]["rows"]
+        if len(rows)
+        == (keys[key].num_rows if keys.get(key) is not None else committed[key]["rows"])
     }
     rel = retirement_name(time.time(), os.getpid())
     moves = []
@@ -184,10 +209,11 @@ def retire_rows(
     ckpt.write_json(rel, plan)
     folder = rel.removesuffix(".json")
     ckpt.store.prepare(folder)
-    for key in sorted(set(diff.retire) - set(whole)):
+    retire_taken(ckpt, diff, committed, {k: v for k, v in keys.items() if k not in whole})
+    for key in sorted(set(diff.retire) - set(whole) - set(keys)):
         new = rewrite(ckpt, committed.pop(key), diff.retire[key], folder=folder)
         committed[new["chunk"]] = new  # under a new key where the folder is a Delta table
-    carry_out(ckpt, rel, plan)
+    carry_out(ckpt, rel, plan)  # a whole chunk taken over leaves the table by its keys here
     for key in whole:
         del committed[key]
     where = ckpt.store.where(folder)
@@ -199,3 +225,33 @@ def retire_rows(
         where,
     )
     return [{"kept": where, "rows": diff.to_retire, "files": len(diff.retire)}]
+
+
+def retire_taken(
+    ckpt: Checkpoint,
+    diff: RowDiff,
+    committed: dict[str, dict[str, Any]],
+    keys: dict[str, pa.Table | None],
+) -> None:
+    """Take some rows of chunks another writer took over out of the table, by their keys
+    (one merge), then out of each chunk's record and keys, in that order: a kill in between
+    leaves keys that still name them, and the next diff retires them again (a merge that
+    finds nothing), its record's count taken from the keys, not lessened twice."""
+    if not keys or ckpt.table is None:
+        return
+    leaving = {
+        k: found.take(int64s(diff.retire[k])) for k, found in keys.items() if found is not None
+    }
+    ckpt.table.delete_rows(leaving)
+    for key, found in sorted(keys.items()):
+        if found is None:
+            continue
+        rows = diff.retire[key]
+        kept = np.setdiff1d(np.arange(found.num_rows), rows, assume_unique=True)
+        record = committed[key] | {
+            "rows": len(kept),
+            "retired": committed[key].get("retired", 0) + len(rows),
+        }
+        ckpt.write_json(record_name(key), record)
+        publish_keys(ckpt.store, key, found.take(int64s(kept)))
+        committed[key] = record

@@ -28,6 +28,13 @@ from batchscore.job.where import RowFilter
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.drift import Reference, check_drift, folder_reference
 from batchscore.output.manifest import problems, written_for
+from batchscore.output.neighbours import (
+    backfill,
+    check_carried,
+    check_keys,
+    reconcile,
+    taken_over,
+)
 from batchscore.output.retire import finish_retiring, retire, summary
 from batchscore.storage.fs import is_url
 from batchscore.storage.layout import part_name, shard_of
@@ -83,6 +90,8 @@ def pending_work(
     footers = read_footers([s for s in shards if not settled(s, records.get(s.key, []))])
     if reference is not None:  # a drift refuses the run before anything below changes
         check_folder(shards, footers, reference, inp.copied)
+    if forget and ckpt.table is not None and shards:  # before anything retires or is forgotten
+        check_carried(ckpt, carried_by(shards[0], inp))
     committed = stale(ckpt, shards, plan, committed, fingerprint=fingerprint, forget=forget)
     by_shard = by_shard_key(committed)
     whole = {s.key for s in shards if whole_shard(by_shard.get(s.key, []))}
@@ -146,6 +155,18 @@ def check_folder(
         schema = footer.schema
         if all(len(schema.get_all_field_indices(c)) == 1 for c in copied):
             check_drift(shard, pa.schema([schema.field(c) for c in copied]), reference)
+
+
+def carried_by(shard: Shard, inp: InputConfig) -> pa.Schema | None:
+    """The columns a shard carries to the output, as its footer has them (None: it cannot
+    be read, or lacks one: the plan fails it alone)."""
+    footer = read_footer(shard)
+    if isinstance(footer, InputDataError):
+        return None
+    try:
+        return pa.schema([footer.schema.field(c) for c in inp.copied])
+    except KeyError:  # a column missing, or named twice
+        return None
 
 
 def whole_shard(records: list[dict]) -> bool:
@@ -238,14 +259,26 @@ def stale(
     off, for a dry run) and say why in ``plan``.
 
     The output of a shard that left the input moves out of the data files first, kept under
-    ``_batchscore/gone/`` (see `batchscore.output.retire`); a dry run only lists it.
+    ``_batchscore/gone/`` (see `batchscore.output.retire`); a dry run only lists it. In a
+    Delta table, a chunk another writer took over is committed whatever became of its file
+    (`batchscore.output.neighbours`); one that must leave must have keys to find its rows by,
+    which is checked before anything changes.
     """
     live = {s.key: s for s in shards}
+    taken = taken_over(ckpt, committed)
     if forget:
+        backfill(ckpt, committed)
+        leaving = {
+            key: record
+            for key, record in committed.items()
+            if shard_of(key) not in live or record["shard"] != live[shard_of(key)].identity
+        }
+        check_keys(ckpt.table, leaving, "the shards that changed or left the input")
         plan.gone += retire(ckpt, committed, set(live), fingerprint=fingerprint)
     for where in ckpt.drop_damaged() if forget else []:
         log.warning("%s was damaged and is removed; its chunk is scored again", where)
-    damaged = problems(ckpt.store, committed)
+    damaged = problems(ckpt.store, {k: r for k, r in committed.items() if k not in taken})
+    redo: list[str] = []
     for key, record in sorted(committed.items()):
         shard = live.get(shard_of(key))
         rows = f"rows {record['start']}-{record['stop']} of {record['shard']['path']}"
@@ -262,12 +295,16 @@ def stale(
         if shard is not None:
             log.warning("%s: %s are scored again", why, rows)
             plan.redone.append({"chunk": key, "file": record["file"], "why": why})
+        redo.append(key)
+    if forget and ckpt.table is not None:  # the rows of those taken over leave in one merge
+        ckpt.table.retire(key for key in redo if key in taken)
+    for key in redo:
         if forget:
-            ckpt.forget(key, record)
+            ckpt.forget(key, committed[key])
         del committed[key]
     plan.gone += summary({k: r for k, r in committed.items() if shard_of(k) not in live})
-    if forget and ckpt.table is not None:  # the table's files: the committed chunks' files
-        ckpt.table.reconcile(committed)
+    if forget:  # the table's files: the committed chunks' files (but those taken over)
+        reconcile(ckpt, committed)
     return committed
 
 

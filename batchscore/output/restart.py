@@ -9,11 +9,12 @@ anything else, so a folder is never left half cleared with batchscore's own file
 every later run. Files batchscore did not write are never listed: a data file is listed when a
 commit record names it, or when its footer says batchscore wrote it for the chunk its name
 says (a crashed attempt, or one a restart of an older version left); in its own folders,
-only files named as batchscore names them (a rejected-rows list, a retirement's plan and
-what it kept), never every file there. `_SUCCESS` goes first (only when batchscore wrote
-it), before the list is written: a folder half cleared never says it is complete. A file that
-cannot be removed stops the restart with a `WriteError` naming it (exit 6); the list stays,
-and the next start finishes it. Run reports stay: they are the folder's history.
+only files named as batchscore names them (a rejected-rows list, a chunk's keys, a
+retirement's plan and what it kept), never every file there. `_SUCCESS` goes first (only
+when batchscore wrote it), before the list is written: a folder half cleared never says it is
+complete. A file that cannot be removed stops the restart with a `WriteError` naming it (exit
+6); the list stays, and the next start finishes it. Run reports stay: they are the folder's
+history.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from batchscore import faults
 from batchscore.errors import BookkeepingError
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.manifest import written_for
+from batchscore.output.neighbours import check_keys
 from batchscore.output.retire import retirements
 from batchscore.storage.layout import (
     DONE,
     GONE,
     JOB,
+    KEYS,
     REJECTED,
     RESTART,
     SETTLED,
@@ -43,7 +46,10 @@ log = logging.getLogger("batchscore")
 
 
 def start_over(ckpt: Checkpoint) -> None:
-    """List what batchscore wrote here, then remove it (see the module's note)."""
+    """List what batchscore wrote here, then remove it (see the module's note). In a Delta
+    table, the rows of chunks another writer took over leave it by their keys: where some
+    have none, the restart is refused before anything changes."""
+    check_keys(ckpt.table, ckpt.committed(), "a --restart")
     ckpt.drop_success()
     ckpt.sweep()
     plan = listing(ckpt)
@@ -91,6 +97,7 @@ def listing(ckpt: Checkpoint) -> dict[str, Any]:
         if key is not None and written_for(store, name).get("batchscore.chunk") == key:
             files.append(name)  # a crashed attempt's, or named by a record too damaged to read
     files += [f"{REJECTED}/{name}" for name in own_names(REJECTED, store.names(REJECTED))]
+    files += [f"{KEYS}/{name}" for name in own_names(KEYS, store.names(KEYS))]
     for rel, plan in retirements(ckpt):
         files += [target for _, target in plan["moves"]] + [rel]
     files += [f"{GONE}/{name}" for name in own_names(GONE, store.names(GONE))]
@@ -108,7 +115,7 @@ def carry_out(ckpt: Checkpoint, plan: dict[str, Any]) -> None:
         ckpt.remove(rel)
     ckpt.barrier(DONE)
     faults.hit("restart-unrecorded")
-    if ckpt.table is not None:  # every chunk leaves the Delta table in one transaction
+    if ckpt.table is not None:  # every chunk leaves the Delta table (by keys, one taken over)
         ckpt.table.retire_files(plan["files"])
     for rel in plan["files"]:
         ckpt.remove(rel, fault="restart-remove")

@@ -12,7 +12,8 @@ under Delta's names): the kept rows go to a new file under a new chunk key
 files stay one set. Its steps, each safe to cut off:
 
 1. the intent: the new file, its record, and the record it replaces;
-2. the new file published (fault point ``rewrite``);
+2. the new chunk's keys (`batchscore.output.keys`), then its file, published (fault point
+   ``rewrite``);
 3. one Delta transaction removes the old file and adds the new (`Table.rewrite`; fault point
    ``rewrite-table``);
 4. the old chunk's rejected-rows list moves to the new chunk, and the new record is written
@@ -41,7 +42,7 @@ import pyarrow.parquet as pq
 from batchscore import faults
 from batchscore.errors import write_error
 from batchscore.output.checkpoint import RECORD_KEYS, Checkpoint
-from batchscore.output.diff import int64s
+from batchscore.output.keys import keys_of, publish_keys
 from batchscore.output.manifest import FileFacts, facts_of_bytes, problem
 from batchscore.storage.layout import (
     DONE,
@@ -55,6 +56,7 @@ from batchscore.storage.layout import (
     staged_name,
     successor_key,
 )
+from batchscore.work.columns import int64s
 from batchscore.work.row_errors import FIELD
 
 log = logging.getLogger("batchscore")
@@ -103,6 +105,9 @@ def anew(
     new = renewed(record, kept, facts, retired) | {"chunk": key, "file": part_name(key)}
     entry = intent(key, part_name(key), facts, new) | {"replaces": record}
     ckpt.intend([entry])
+    keys = keys_of(kept, ckpt.table.id_column) if ckpt.table is not None else None
+    if keys is not None:  # before the file: every chunk the table ever holds has its keys
+        publish_keys(ckpt.store, key, keys)
     publish_bytes(ckpt, data, part_name(key))
     faults.hit("rewrite")
     swap(ckpt, entry)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.increments import pending_rows
+from batchscore.output.neighbours import check_columns
 from batchscore.output.pending import Pending, pending_work
 from batchscore.output.rewrite import finish_rewrites
 from batchscore.work.units import Shard
@@ -23,8 +24,11 @@ def to_do(
 ) -> Pending:
     """The pending chunks (`pending_work` by shard, `pending_rows` by row, the same plan);
     ``forget=False`` (a dry run) changes nothing on disk; ``label`` names a run's increment.
-    A rewrite by rows that a killed run left is finished first, whichever way this run goes."""
+    A Delta table that no longer takes batchscore's files is refused before anything changes
+    (`batchscore.output.neighbours.check_columns`); a rewrite by rows that a killed run left
+    is finished first, whichever way this run goes."""
     if forget:
+        check_columns(ckpt)
         finish_rewrites(ckpt)
     if inp.by_rows:
         return pending_rows(

@@ -26,6 +26,7 @@ from batchscore.models.fingerprint import identity
 from batchscore.models.tasks import encoding, input_kinds
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.claim import refusal as claim_refusal
+from batchscore.output.delta import delta_table
 from batchscore.output.diff import rows_line
 from batchscore.output.todo import to_do
 from batchscore.pipeline.reader import read_rows
@@ -77,6 +78,7 @@ def plan_counts(
     check that the output's committed work was made with the same settings.
     """
     ckpt = Checkpoint(job.output.path)
+    ckpt.table = delta_table(job, ckpt.store)  # read, never written, here
     kinds = input_kinds(job.model.task, job.input, job.task)
     shards = find_shards(job.input)
     who = identity(claimed or job, model_path)

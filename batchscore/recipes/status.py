@@ -14,7 +14,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from batchscore.errors import BatchscoreError, BookkeepingError, IncompleteError, ModelError
+from batchscore.errors import (
+    BatchscoreError,
+    BookkeepingError,
+    IncompleteError,
+    ModelError,
+    WriteError,
+)
 from batchscore.job.sections import Job
 from batchscore.measure.settle import proven_decision
 from batchscore.models.fingerprint import identity
@@ -22,8 +28,10 @@ from batchscore.models.source.locate import locate
 from batchscore.models.tasks import input_kinds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
+from batchscore.output.delta import delta_table
 from batchscore.output.diff import rows_line
 from batchscore.output.manifest import problems
+from batchscore.output.neighbours import TAKEN, check_columns, taken_over
 from batchscore.output.retire import MOVING, retirements
 from batchscore.output.todo import to_do
 from batchscore.storage.layout import GONE, shard_of
@@ -50,9 +58,11 @@ class ShardStatus:
 def job_status(job: Job) -> dict[str, Any]:
     """Per-shard progress plus the last run's report, as plain data."""
     ckpt = Checkpoint(job.output.path)
+    ckpt.table = delta_table(job, ckpt.store)  # read, never written, here
     restarting = ckpt.restarting()
     committed = {} if restarting else ckpt.committed()
-    damaged = problems(ckpt.store, committed)
+    taken = taken_over(ckpt, committed)  # a Delta table's files another writer took over
+    damaged = problems(ckpt.store, {k: r for k, r in committed.items() if k not in taken})
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
     shards, live, increments = [], set(), None
@@ -108,6 +118,7 @@ def job_status(job: Job) -> dict[str, Any]:
         and not (increments and increments["to_retire"]),
         "where": job.input.where,  # what dropped rows_done - rows_written rows
         "increments": increments,  # by rows: the diff's counts (rows to score, to retire)
+        "taken_over": handed_to_table(committed, taken),
         "refused": refused,
         "model_error": model_error,
         "settled": settled or None,  # the record the footers disprove: the next run rewrites it
@@ -116,6 +127,16 @@ def job_status(job: Job) -> dict[str, Any]:
         "damaged_bookkeeping": sorted(ckpt.damaged.values()),
         "last_run": last,
     }
+
+
+def handed_to_table(committed: dict[str, dict[str, Any]], taken: set[str]) -> dict | None:
+    """The committed chunks whose files another writer took over in a Delta table (None:
+    none): their rows are the table's now, which is no damage (`output.neighbours`)."""
+    if not taken:
+        return None
+    by = sorted({committed[k].get(TAKEN, "not yet seen by a run") for k in taken})
+    rows = sum(committed[k]["rows"] for k in taken)
+    return {"chunks": len(taken), "rows": rows, "by": by}
 
 
 def rows_by_shard(
@@ -182,12 +203,18 @@ def rows_state(*, failed: bool, to_score: int, passing: int | None) -> str:
 
 def judge(ckpt: Checkpoint, job: Job) -> tuple[str | None, str | None]:
     """Why a run of this job, with these settings, would refuse the folder (None: it would
-    not): the check `run` makes at its start, by the same fingerprint; and, instead, why the
-    model cannot be judged (a file of it missing or unreadable: the run's exit 4)."""
+    not): the checks `run` makes at its start, by the same fingerprint, and of a Delta
+    table's columns; and, instead, why the model cannot be judged (a file of it missing or
+    unreadable: the run's exit 4)."""
     try:
-        return refusal(ckpt, identity(job, locate(job.model))), None
+        refused = refusal(ckpt, identity(job, locate(job.model)))
     except ModelError as exc:
         return None, str(exc)
+    try:
+        check_columns(ckpt)
+    except WriteError as exc:
+        refused = refused or str(exc)
+    return refused, None
 
 
 def gone_shards(
@@ -318,6 +345,13 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"{len(gone)} shard(s) no longer input: their output ({rows:,} rows) {where}")
     if status["increments"]:
         lines.append(rows_line(status["increments"]))
+    if status["taken_over"]:
+        taken = status["taken_over"]
+        lines.append(
+            f"{taken['chunks']} committed chunk(s) ({taken['rows']:,} rows) handed to the Delta "
+            f"table: another writer rewrote their files ({'; '.join(taken['by'])}), and their "
+            "rows are the table's as it left them"
+        )
     if status["restarting"]:
         lines.append("a --restart was cut off: the next run finishes it, then scores every row")
     if status["retiring"]:

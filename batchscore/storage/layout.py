@@ -23,6 +23,7 @@ RUNS = f"{STATE}/runs"  # one report per run
 REJECTED = f"{STATE}/rejected"  # rows recorded with an error, per chunk (JSON lines)
 SETTLED = f"{STATE}/settled.json"  # what an earlier run measured and chose
 GONE = f"{STATE}/gone"  # the output of shards that left the input: one folder per retirement
+KEYS = f"{STATE}/keys"  # a Delta table's: each committed chunk's ids (and row hashes), per chunk
 RESTART = f"{STATE}/restart.json"  # the files a --restart removes, until it has removed them
 STAGING = f"{STATE}/tmp"  # temporary files, renamed into place when complete
 LOCK = f"{STATE}/lock"  # the file whose flock guards the folder
@@ -42,10 +43,25 @@ OWN_NAMES = {
     REJECTED: re.compile(rf"{KEY}\.jsonl|part-{KEY}\.parquet"),  # an older version's, too
     GONE: re.compile(rf"{STAMP}\.json"),  # retirement plans (`retirement_name`)
     RUNS: re.compile(rf"{STAMP}\.json"),  # run reports (`report_name`)
+    KEYS: re.compile(rf"{KEY}\.arrow"),  # a chunk's keys (`keys_name`)
 }
 KEPT_NAME = re.compile(rf"{STAMP}/(?:part-{KEY}\.parquet\.gone|{KEY}\.jsonl?)")  # `kept_name`
 # every fixed name: none of them may be a symbolic link (see `batchscore.storage.disk`)
-FIXED = (STATE, JOB, DONE, WRITING, RUNS, REJECTED, SETTLED, GONE, RESTART, STAGING, LOCK, SUCCESS)
+FIXED = (
+    STATE,
+    JOB,
+    DONE,
+    WRITING,
+    RUNS,
+    REJECTED,
+    SETTLED,
+    GONE,
+    KEYS,
+    RESTART,
+    STAGING,
+    LOCK,
+    SUCCESS,
+)
 
 
 def shard_key(path: str) -> str:
@@ -101,6 +117,18 @@ def intent_name(key: str) -> str:
     return f"{WRITING}/{key}.json"
 
 
+def keys_name(key: str) -> str:
+    """A chunk's keys in a Delta table's folder: its rows' ids (and hashes, by rows), which
+    outlive its data file once another writer rewrote it (`batchscore.output.keys`)."""
+    return f"{KEYS}/{key}.arrow"
+
+
+def keys_key(rel: str) -> str | None:
+    """The chunk whose keys ``rel`` is (None: not a keys file batchscore names)."""
+    folder, _, name = rel.rpartition("/")
+    return name.removesuffix(".arrow") if folder == KEYS and is_own_name(KEYS, name) else None
+
+
 def rejected_name(key: str) -> str:
     """The listing of a chunk's rows recorded with an error."""
     return f"{REJECTED}/{key}.jsonl"
@@ -137,7 +165,7 @@ def kept_name(retirement: str, rel: str) -> str:
 
 def is_own_name(folder: str, name: str) -> bool:
     """Whether ``name``, in the bookkeeping folder ``folder`` (`DONE`, `WRITING`, `REJECTED`,
-    `GONE`, `RUNS`), has the form batchscore gives the files it writes there."""
+    `GONE`, `RUNS`, `KEYS`), has the form batchscore gives the files it writes there."""
     return OWN_NAMES[folder].fullmatch(name) is not None
 
 

@@ -232,3 +232,10 @@ def cast_exactly(table: pa.Table, schema: pa.Schema) -> pa.Table:
                 raise InexactCast(name, -1, str(refused))
         columns.append(cast)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def int64s(values: np.ndarray) -> pa.Array:
+    """An int64 Arrow array from numpy's buffer (`pa.array` over numpy first asks whether it
+    is pandas, which imports pandas)."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])

@@ -39,9 +39,11 @@ from batchscore.job.parse import load_job
 from batchscore.models.numeric.factories import mlp
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
+from batchscore.storage.layout import is_chunk_name
 from batchscore.work.row_hash import hash_column
 from tests.kills import Kills, until_reached
-from tests.output.tiny import ARGS, SCHEMA, committed_rows, delta_rows, rows_job, write_rows
+from tests.output.neighbours import append_foreign, neighbour, table_rows
+from tests.output.tiny import ARGS, SCHEMA, rows_job, write_rows
 
 pytestmark = pytest.mark.slow
 FEATURES = [f"x{j}" for j in range(4)]
@@ -303,25 +305,116 @@ class RowsFolder(RuleBasedStateMachine):
 
 
 class RowsDeltaFolder(RowsFolder):
-    """The same, writing a Delta table, killed at its own fault points too."""
+    """The same, writing a Delta table, killed at its own fault points too, and shared with
+    another writer (`tests.output.test_delta_neighbours.neighbour`, deltalake's own calls):
+    compaction, Z-order, vacuum, a delete, an added column and rows of its own, between runs
+    and kills. What a reader reads is the table: every current input row at most once, and
+    exactly once but for a row the other writer deleted while its input row is unchanged;
+    the other writer's rows are never lost."""
 
     fmt = "delta"
 
+    @initialize()
+    def setup(self) -> None:
+        super().setup()
+        self.deleted: set[tuple[str, int]] = set()  # (id, hash) the other writer deleted
+        self.foreign: dict[str, list[float]] = {}  # its own rows: id -> scores
+        self.columns = False  # it added a column
+
+    def readable(self) -> bool:
+        """A table whose every file is there (one a hand deleted fails every reader, and the
+        other writer's maintenance too, until the next run takes it out)."""
+        if not (self.out / "_delta_log").is_dir():
+            return False
+        return all(Path(uri).is_file() for uri in deltalake.DeltaTable(str(self.out)).file_uris())
+
+    # -- the other writer -------------------------------------------------------------------
+
+    @precondition(lambda self: self.readable())
+    @rule(operation=st.sampled_from(["compact", "z_order", "vacuum"]))
+    def neighbour_maintains(self, operation: str) -> None:
+        neighbour(self.out, operation)
+        event(f"the other writer: {operation}")
+
+    @precondition(lambda self: self.readable() and not self.columns)
+    @rule()
+    def neighbour_adds_a_column(self) -> None:
+        neighbour(self.out, "add_column")
+        self.columns = True
+
+    @precondition(lambda self: self.readable())
+    @rule()
+    def neighbour_appends(self) -> None:
+        if deltalake.DeltaTable(str(self.out)).to_pyarrow_table(columns=["id"]).num_rows < 2:
+            return
+        self.foreign.update(append_foreign(self.out, (f"f{self.serial}-0", f"f{self.serial}-1")))
+        self.serial += 1
+
+    @precondition(lambda self: self.readable())
+    @rule(pick=st.integers(0, 2**16))
+    def neighbour_deletes_a_row(self, pick: int) -> None:
+        found = deltalake.DeltaTable(str(self.out)).to_pyarrow_table(columns=["id", "_row_hash"])
+        if not found.num_rows:
+            return
+        i = pick % found.num_rows
+        row_id, row_hash = found["id"][i].as_py(), found["_row_hash"][i].as_py()
+        deltalake.DeltaTable(str(self.out)).delete(f"id = '{row_id}'")
+        if row_id in self.foreign:
+            del self.foreign[row_id]
+        else:
+            self.deleted.add((row_id, row_hash))
+        event("the other writer deleted a row")
+
+    @rule(pick=st.integers(0, 2**16))
+    def delete_output_file(self, pick: int) -> None:
+        """A hand deletes one of batchscore's own chunk files (never the other writer's)."""
+        files = sorted(p for p in self.out.glob("part-*.parquet") if is_chunk_name(p.name))
+        if files:
+            files[pick % len(files)].unlink()
+            self.touched = True
+
+    # -- what must hold ---------------------------------------------------------------------
+
+    def holds_the_input(self) -> None:
+        """The table, as deltalake, polars and DuckDB read it, holds each current input row
+        once with its hash and score (but those the other writer deleted while unchanged),
+        and the other writer's rows as it wrote them."""
+        if not (self.out / "_delta_log").is_dir():
+            assert not self.expected(), "rows committed, and no table"
+            return
+        table = deltalake.DeltaTable(str(self.out)).to_pyarrow_table(
+            columns=["id", "_row_hash", "prediction", "scores"]
+        )
+        ids = table["id"].to_pylist()
+        assert len(ids) == len(set(ids)), "an id twice in the table"
+        assert sorted(i for i, _ in table_rows(self.out)) == sorted(ids)  # the readers agree
+        hashes, predicted = table["_row_hash"].to_pylist(), table["prediction"].to_pylist()
+        ours = {i: (h, p) for i, h, p in zip(ids, hashes, predicted, strict=True)}
+        theirs = {i: ours.pop(i) for i in list(ours) if i in self.foreign}
+        want = {i: v for i, v in self.expected().items() if (i, v[0]) not in self.deleted}
+        assert ours == want
+        assert set(theirs) == set(self.foreign)
+        scores = dict(zip(ids, table["scores"].to_pylist(), strict=True))
+        assert all(scores[i] == s for i, s in self.foreign.items())
+
     def check_complete(self) -> None:
-        super().check_complete()
-        if (self.out / "_delta_log").is_dir() or committed_rows(self.out):  # else: no commit
-            assert delta_rows(self.out) == committed_rows(self.out)  # yet, and no table
+        self.holds_the_input()
+        assert (self.out / "_SUCCESS").is_file()
+        status = job_status(load_job(self.job))
+        assert status["complete"] and status["increments"]["to_score"] == 0
 
     @invariant()
     def no_id_is_in_the_table_twice(self) -> None:
-        """Read where every file the table names is there: a table naming a file a hand
-        deleted fails every reader until the next run takes it out."""
-        if not (self.out / "_delta_log").is_dir():
+        if self.readable():
+            ids = deltalake.DeltaTable(str(self.out)).to_pyarrow_table(columns=["id"])["id"]
+            assert len(ids) == len(set(ids.to_pylist()))
+
+    @invariant()
+    def success_means_the_current_input_once(self) -> None:
+        if self.touched or not (self.out / "_SUCCESS").is_file() or not self.readable():
             return
-        dt = deltalake.DeltaTable(str(self.out))
-        if all(Path(uri).is_file() for uri in dt.file_uris()):
-            ids = dt.to_pyarrow_table(columns=["id"])["id"].to_pylist()
-            assert len(ids) == len(set(ids))
+        event("_SUCCESS checked against the table")
+        self.holds_the_input()
 
 
 def machine_settings(**more: int) -> settings:
