@@ -22,7 +22,7 @@ from batchscore.models.source.locate import locate
 from batchscore.models.tasks import input_kinds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
-from batchscore.output.diff import rows_line
+from batchscore.output.diff import DuplicateIdError, rows_line
 from batchscore.output.manifest import problems
 from batchscore.output.retire import MOVING, retirements
 from batchscore.output.todo import to_do
@@ -55,9 +55,12 @@ def job_status(job: Job) -> dict[str, Any]:
     damaged = problems(ckpt.store, committed)
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
-    shards, live, increments = [], set(), None
+    shards, live, increments, stopped = [], set(), None, None
     if job.input.by_rows:  # by rows, shards are not the unit: the diff says what is to do
-        shards, increments = rows_by_shard(job, ckpt, committed, damaged)
+        try:
+            shards, increments = rows_by_shard(job, ckpt, committed, damaged)
+        except DuplicateIdError as exc:  # the input's, not the folder's: shown, not raised
+            shards, stopped = stopped_by_ids(job, committed, damaged), str(exc)
     for shard in [] if job.input.by_rows else find_shards(job.input):
         live.add(shard.key)
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
@@ -105,9 +108,11 @@ def job_status(job: Job) -> dict[str, Any]:
         and model_error is None
         and not restarting
         and not retiring
-        and not (increments and increments["to_retire"]),
+        and not (increments and increments["to_retire"])
+        and stopped is None,
         "where": job.input.where,  # what dropped rows_done - rows_written rows
         "increments": increments,  # by rows: the diff's counts (rows to score, to retire)
+        "stopped": stopped,  # by rows: why the next run stops before scoring (its ids)
         "refused": refused,
         "model_error": model_error,
         "settled": settled or None,  # the record the footers disprove: the next run rewrites it
@@ -169,6 +174,29 @@ def rows_by_shard(
             status.rows_done = status.rows_written = 0
             found.append(status)
     return found, todo.increments or {}
+
+
+def stopped_by_ids(
+    job: Job, committed: dict[str, dict[str, Any]], damaged: dict[str, str]
+) -> list[ShardStatus]:
+    """By rows, when ids repeat or are missing: no diff can be made, and the next run stops
+    before it scores or retires anything (exit 3), as the last one did. Each shard shows what
+    its committed files hold, and fails until its ids name one row each."""
+    records: dict[str, list[dict[str, Any]]] = {}
+    for record in committed.values():
+        records.setdefault(record["shard"]["path"], []).append(record)
+    found = []
+    for shard in find_shards(job.input):
+        try:
+            rows = open_shard(shard).metadata.num_rows
+        except BatchscoreError:
+            rows = 0
+        own = records.get(shard.path, [])
+        status = shard_status(shard.path, own, damaged, rows=rows, chunks=len(own))
+        if status.state == "pending":  # no missing or damaged file to say instead
+            status.state = "failed"
+        found.append(status)
+    return found
 
 
 def rows_state(*, failed: bool, to_score: int, passing: int | None) -> str:
@@ -279,6 +307,8 @@ def check_complete(status: dict[str, Any], job: str) -> None:
     why = [f"{count} shard(s) {state}" for state, count in sorted(states.items())]
     if status["refused"]:
         why.append(f"a run would refuse the folder: {status['refused']}")
+    if status["stopped"]:
+        why.append(f"the next run stops before scoring: {status['stopped']}")
     if status["restarting"]:
         why.append("a --restart was cut off")
     if status["retiring"]:
@@ -318,6 +348,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"{len(gone)} shard(s) no longer input: their output ({rows:,} rows) {where}")
     if status["increments"]:
         lines.append(rows_line(status["increments"]))
+    if status["stopped"]:
+        lines.append(f"by rows: the next run stops before scoring: {status['stopped']}")
     if status["restarting"]:
         lines.append("a --restart was cut off: the next run finishes it, then scores every row")
     if status["retiring"]:
