@@ -63,9 +63,7 @@ def test_each_failing_shard_of_a_window_fails_alone_and_its_rows_are_tokenized_t
         for c in chunks_of(s, open_shard(s).metadata.num_rows, 100)
     ]
     made = list(
-        windows(
-            chunks, task, inp=job.input, kinds=kinds, batching=job.batching, on_error="fail"
-        )
+        windows(chunks, task, inp=job.input, kinds=kinds, batching=job.batching, on_error="fail")
     )
     failed = {Path(w.parts[0].chunk.shard.path).stem: str(w.error) for w in made if w.error}
     assert sorted(failed) == sorted(bad)
