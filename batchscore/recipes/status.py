@@ -58,7 +58,7 @@ def job_status(job: Job) -> dict[str, Any]:
     shards, live, increments, stopped = [], set(), None, None
     if job.input.by_rows:  # by rows, shards are not the unit: the diff says what is to do
         try:
-            shards, increments = rows_by_shard(job, ckpt, committed, damaged)
+            shards, increments = rows_by_shard(job, ckpt, committed, damaged, failed=failed)
         except DuplicateIdError as exc:  # the input's, not the folder's: shown, not raised
             shards, stopped = stopped_by_ids(job, committed, damaged), str(exc)
     for shard in [] if job.input.by_rows else find_shards(job.input):
@@ -124,13 +124,20 @@ def job_status(job: Job) -> dict[str, Any]:
 
 
 def rows_by_shard(
-    job: Job, ckpt: Checkpoint, committed: dict[str, dict[str, Any]], damaged: dict[str, str]
+    job: Job,
+    ckpt: Checkpoint,
+    committed: dict[str, dict[str, Any]],
+    damaged: dict[str, str],
+    *,
+    failed: set[str],
 ) -> tuple[list[ShardStatus], dict[str, int]]:
     """By rows: each shard's rows committed and still to score, from the diff a run would make
     (read only), and the diff's counts (`batchscore.output.diff.RowDiff.counts`). A shard's
     chunks are the committed files whose records name it and the chunks its rows to score
     would make; a committed file missing or damaged is named, as by shard, and its rows
-    counted as to score. Rows `where` drops are done (none is to score), never written."""
+    counted as to score. Rows `where` drops are done (none is to score), never written. A
+    shard the last run ``failed`` (a row it could not score) is failed while rows of it are
+    still to score, as by shard."""
     kinds = input_kinds(job.model.task, job.input, job.task)
     todo = to_do(
         job.input,
@@ -163,7 +170,8 @@ def rows_by_shard(
             status.problems.append(failing[shard.path])
         if status.state == "pending":  # no missing or damaged file to say instead
             status.state = rows_state(
-                failed=shard.path in failing,
+                # failing now (unreadable), or failed by the last run and still to score
+                failed=shard.path in failing or (shard.path in failed and to_score > 0),
                 to_score=to_score,
                 passing=todo.passing.get(shard.index),
             )
