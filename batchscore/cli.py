@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,11 @@ from batchscore.errors import MetricsError
 from batchscore.exits import (
     PROGRESS,
     Group,
+    asked_format,
     chosen_progress,
     configured,
     data,
-    leave,
+    deliver,
     reports_errors,
     say,
     settings,
@@ -32,6 +34,7 @@ from batchscore.heap import paused
 from batchscore.job.parse import load_job
 from batchscore.job.sections import Job
 from batchscore.observe.phases import process_start
+from batchscore.observe.streams import guard, leave
 from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
@@ -52,12 +55,15 @@ def load(job: str, overrides: tuple[str, ...]) -> Job:
 def console() -> None:
     """The `batchscore` command and `python -m batchscore`: a process of its own, so its
     start-up (interpreter, imports) is the run's first phase; `main` called from within another
-    program (a test's runner) has no start-up of its own to count."""
+    program (a test's runner) has no start-up of its own to count. Its stdout and stderr are
+    guarded: a stream that fails never stops the work, and the exit status tells the truth
+    about the work (`batchscore.observe.streams`)."""
+    streams, json = guard(), asked_format(sys.argv[1:]) == "json"
     try:
-        main(obj={"process_started": process_start()})
+        main(obj={"process_started": process_start(), "streams": streams})
     except SystemExit as done:
-        leave(done)
-    leave(SystemExit(0))
+        leave(done, streams, json)
+    leave(SystemExit(0), streams, json)
 
 
 def process_started() -> float | None:
@@ -228,7 +234,7 @@ def validate(job: str, overrides: tuple[str, ...]) -> None:
     loaded = load(job, overrides)
     facts = preflight(loaded)
     text = "\n".join([*(f"  {fact}" for fact in facts), f"{job}: ok"])
-    say(text, event="validated", message=f"{job}: ok", facts=facts)
+    say(text, event="validated", message=f"{job}: ok", product=True, facts=facts)
 
 
 @main.command()
@@ -267,6 +273,7 @@ def check(job: str, overrides: tuple[str, ...], refresh: bool, export: str | Non
         format_check(checked, job),
         event="checked",
         message=verdict(checked, job),
+        product=True,
         precision=checked.chosen.precision,
         passed=checked.passed,
         trials=list(checked.chosen.trials),
@@ -301,9 +308,10 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool, check: bool) -> 
 
     result = job_status(load(job, overrides))
     if as_json:
-        click.echo(data(result))
+        deliver(data(result))
     else:
-        say(format_status(result), event="status", message=headline(result), status=result)
+        text = format_status(result)
+        say(text, event="status", message=headline(result), product=True, status=result)
     if check:
         check_complete(result, job)
 
@@ -331,7 +339,7 @@ def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> Non
 
     numbers = report_numbers(load(job, overrides))
     if as_json:
-        click.echo(data(numbers))
+        deliver(data(numbers))
         return
     write_page(numbers, out)
     run = numbers["figures"]
@@ -385,7 +393,7 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
         startup_s=time.time() - process if process is not None else None,
     )
     if as_json:
-        click.echo(data(result))
+        deliver(data(result))
     else:
-        say(format_plan(result), event="plan", plan=result)
+        say(format_plan(result), event="plan", product=True, plan=result)
     check_limits(result, job, **limits)

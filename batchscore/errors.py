@@ -136,6 +136,11 @@ class LockHeldError(BatchscoreError):
     exit_code = 75
 
 
+# What became of stdout, decided at the process's end (`batchscore.observe.streams.answered`),
+# for a command whose product is what it prints (status, plan, validate, check, --json, --help):
+WRITE_FAILED = 74  # EX_IOERR (sysexits.h): stdout could not be written, closed or the disk full
+BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader left (`| head -1`), as a shell reports SIGPIPE
+
 EXIT_CODES: dict[int, str] = {
     0: "every input row is committed",
     1: "internal error (a bug: please report it with the message)",
@@ -155,8 +160,11 @@ EXIT_CODES: dict[int, str] = {
     MetricsError.exit_code: "every row is committed, but the --metrics-file could not be written",
     OverLimitError.exit_code: "plan: the job is over a --max-wall-s or --max-tokens limit",
     IncompleteError.exit_code: "status --check: the output is not complete for the job as given",
+    WRITE_FAILED: "stdout could not be written (closed, or the disk full) by a command whose "
+    "product is what it prints: validate, status, plan, check, report --json, --help, --version",
     LockHeldError.exit_code: "another run of the same job is still running",
     129: "stopped by SIGHUP; committed chunks are kept, the next run resumes",
     130: "interrupted (Ctrl-C); committed chunks are kept",
+    BROKEN_PIPE: "the reader of stdout left before the printed product ended (`| head -1`)",
     143: "stopped by SIGTERM; committed chunks are kept, the next run resumes",
 }

@@ -14,20 +14,22 @@ way Ctrl-C does.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
-import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
 from batchscore.errors import BatchscoreError
 from batchscore.observe.logs import json_line, setup_logging
+from batchscore.observe.streams import Standard
 
 log = logging.getLogger("batchscore")
 SETTINGS = "batchscore.logging"  # the key of `Settings` in click's context meta
@@ -160,9 +162,9 @@ def show_help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         return
     text = ctx.get_help()
     if json_logs(ctx):
-        say(text, event="help", help=text)
+        say(text, event="help", product=True, help=text)
     else:
-        click.echo(text, color=ctx.color)
+        deliver(text, color=ctx.color)
     ctx.exit()
 
 
@@ -174,9 +176,9 @@ def version_option(version: str) -> Callable[[Any], Any]:
             return
         text = f"batchscore, version {version}"
         if json_logs(ctx):
-            say(text, event="version", version=version)
+            say(text, event="version", product=True, version=version)
         else:
-            click.echo(text, color=ctx.color)
+            deliver(text, color=ctx.color)
         ctx.exit()
 
     return click.option(
@@ -246,16 +248,32 @@ PROGRESS = click.option(
 )
 
 
-def say(text: str, *, event: str, message: str | None = None, **fields: Any) -> None:
+def say(
+    text: str, *, event: str, message: str | None = None, product: bool = False, **fields: Any
+) -> None:
     """A command's result on stdout: ``text`` for people; with ``--log-format json`` one JSON
     object (a log line's keys, ``message`` (default: ``text``'s first line), ``event`` and
-    ``fields``), so every line the process writes is JSON."""
+    ``fields``), so every line the process writes is JSON. ``product``: it is what the command
+    makes (`deliver`), not a summary of work done elsewhere."""
     if json_logs():
         first = text.splitlines()[0] if text else ""
         message = message if message is not None else first.removeprefix("batchscore: ")
-        click.echo(json_line(message, event=event, **fields))
+        text = json_line(message, event=event, **fields)
+    if product:
+        deliver(text)
     else:
         click.echo(text)
+
+
+def deliver(text: str, color: bool | None = None) -> None:
+    """The command's product on stdout (a status, a plan, ``--json``'s data, the help): where
+    it does not reach its reader, the command fails (`batchscore.observe.streams.answered`),
+    where a summary of work done elsewhere (`run`'s) lost is only a warning."""
+    ctx = click.get_current_context(silent=True)
+    streams = ctx.obj.get("streams") if ctx is not None and isinstance(ctx.obj, dict) else None
+    if isinstance(streams, Standard):
+        streams.stdout.carries = True
+    click.echo(text, color=color)
 
 
 def data(value: Any) -> str:
@@ -292,6 +310,9 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own: usage errors and exits (`usage_errors` writes them as JSON)
         except Exception as exc:
+            if not json_logs() and is_broken_pipe(exc):  # click would end it silently, exit 1
+                traceback.print_exc()  # not stdout's (guarded, `streams`): a socket's, a bug
+                sys.exit(1)
             if not json_logs():
                 raise  # a bug: the traceback, exit 1
             extra = {"error": type(exc).__name__, "exit_code": 1}
@@ -299,6 +320,10 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(1)
 
     return wrapper
+
+
+def is_broken_pipe(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno == errno.EPIPE
 
 
 def asked_format(args: list[str]) -> str | None:
@@ -353,23 +378,3 @@ def stopping_on_signals() -> Iterator[None]:
     finally:
         for number, old in previous.items():
             signal.signal(number, old)
-
-
-def leave(done: SystemExit) -> NoReturn:
-    """End the process with the command's exit status, without tearing the interpreter down.
-
-    With torch, pyarrow and polars loaded, the teardown (every module's objects freed, one by
-    one) takes 0.4 s on a 2-core Xeon: a seventh of an increment by rows over a million rows
-    (BENCHMARKS.md). Nothing of the output waits on it: a command commits every file
-    (or leaves it for the next start) before it returns, as the folder survives a SIGKILL at
-    any moment; the log's handlers and the standard streams are flushed here. Where Ray was
-    started, or the status is a message rather than a number, Python exits as usual.
-    """
-    code = done.code
-    if "ray" in sys.modules or not (code is None or isinstance(code, int)):
-        raise done
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed pipe (`| head`): nothing left to say
-            stream.flush()
-    os._exit(code or 0)

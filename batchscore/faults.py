@@ -9,7 +9,8 @@ hit of ``point`` (every hit when ``@n`` is absent), do ``action``:
 - ``kill``: SIGKILL this process (a crash: no cleanup, no flush);
 - ``stop``: SIGSTOP this process, so a test can act at a known point (send a signal, change
   the input) before it sends SIGCONT, however fast the machine would otherwise have finished;
-- ``enospc`` / ``eacces`` / ``eio``: raise that OSError (disk full, permission, transient I/O);
+- ``enospc`` / ``eacces`` / ``eio`` / ``epipe``: raise that OSError (disk full, permission,
+  transient I/O, a pipe or socket whose reader left);
 - ``oom``: raise ``torch.OutOfMemoryError``; ``oom>N``: only for batches over N padded tokens.
 
 `traced` counts every point a block passes, arming nothing: a test runs the next step once so
@@ -48,7 +49,7 @@ POINTS = (
     "remove",  # before each file batchscore deletes (see output.checkpoint.Checkpoint.remove)
     "restart-remove",  # --restart: before each file it removes, once the records are gone
 )
-ERRORS = {"enospc": errno.ENOSPC, "eacces": errno.EACCES, "eio": errno.EIO}
+ERRORS = {"enospc": errno.ENOSPC, "eacces": errno.EACCES, "eio": errno.EIO, "epipe": errno.EPIPE}
 
 
 @dataclass

@@ -159,7 +159,8 @@ def main() -> None:
 
     from batchscore.precision.table import available
 
-    # every precision this CPU runs natively (fp16 only where it has AVX-512 FP16 or AMX-FP16)
+    # every precision this CPU runs natively (fp16 only with AMX-FP16 tiles: AVX-512 FP16 alone
+    # ran no faster than fp32, docs/studies/cpu_dtypes_study.py)
     fixed = available(torch.device("cpu"))
     # sentence-transformers in bf16 only where the CPU has bf16 units: emulated, it is several
     # times slower than its own fp32 and no user would keep it

@@ -58,22 +58,25 @@ class Kills:
     def choose(
         self, counts: Counter[str], pick: int, among: Iterable[str] | None = None
     ) -> tuple[str, int] | None:
-        """A point the run will pass (of ``among``, where given) and one of its hits, a point
-        not killed at by an earlier round first (so that a round's choices replay alike when
-        Hypothesis shrinks a failure); ``pick`` (a number the machine drew) decides."""
-        passed = [p for p in among or self.points if counts[p]]
-        fresh = [p for p in passed if not self.reached[p]] or passed
-        if not fresh:
+        """A point the run will pass and one of its hits: a point no earlier round killed at
+        first, whichever step it is (so every kill step serves the coverage, and a round's
+        choices replay alike when Hypothesis shrinks a failure), else one of the step's own
+        ``among``, else any; ``pick`` (a number the machine drew) decides among them."""
+        passed = [p for p in self.points if counts[p]]
+        fresh = [p for p in passed if not self.reached[p]]
+        own = [p for p in among or () if counts[p]]
+        options = fresh or own or passed
+        if not options:
             return None
-        point = fresh[pick % len(fresh)]
-        return point, 1 + (pick // len(fresh)) % counts[point]
+        point = options[pick % len(options)]
+        return point, 1 + (pick // len(options)) % counts[point]
 
     def kill(
         self, job: Path, out: Path, pick: int, *args: str, among: Iterable[str] | None = None
-    ) -> bool:
+    ) -> str | None:
         """Kill ``batchscore run JOB ARGS`` at a hit it will really make (of a point in
-        ``among``, where given) and return True; where it passes none of the points, run it to
-        its end and return False; either way in a subprocess."""
+        ``among``, where given) and return the point; where it passes none of the points, run
+        it to its end and return None; either way in a subprocess."""
         counts = reachable(job, out, restart="--restart" in args)
         chosen = self.choose(counts, pick, among)
         if chosen is None:
@@ -81,7 +84,7 @@ class Kills:
             event("a kill step whose run passes no kill point: run to its end")
             done = run(job, *args)
             assert done.returncode == 0, done.stderr[-2000:]
-            return False
+            return None
         point, nth = chosen
         done = run(job, *args, faults=f"{point}@{nth}:kill")
         assert done.returncode == -signal.SIGKILL, (
@@ -90,7 +93,7 @@ class Kills:
         )
         self.now[point] += 1
         event(f"killed at {point}")
-        return True
+        return point
 
     def round_ended(self) -> None:
         self.reached += self.now
@@ -113,9 +116,11 @@ def until_reached(
     steps: int,
     rounds: int,
     settings_of: Callable[..., settings],
+    at_least: int = 0,
 ) -> str:
     """Run ``machine`` ``examples`` at a time until every point ``kills`` must reach was
-    killed at, at most ``rounds`` times; what it reached, printed and returned."""
+    killed at (and ``at_least`` examples ran), at most ``rounds`` times; what it reached,
+    printed and returned."""
     ran = 0
     while ran < rounds * examples:
         run_state_machine_as_test(
@@ -123,7 +128,7 @@ def until_reached(
         )
         ran += examples
         kills.round_ended()
-        if not kills.unreached():
+        if not kills.unreached() and ran >= at_least:
             break
     summary = f"{machine.__name__}: {ran} examples of at most {steps} steps; {kills.summary()}"
     print(summary)

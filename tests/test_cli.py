@@ -308,23 +308,23 @@ def test_the_command_ends_its_process_at_once_with_its_status(monkeypatch, done,
     does; where Ray was started, its shutdown hooks run (Python exits as usual)."""
     import sys
 
-    from batchscore import exits
+    from batchscore.observe import streams
 
     def exit_now(code: int) -> None:
         raise Left(code)
 
-    monkeypatch.setattr(exits.os, "_exit", exit_now)
+    monkeypatch.setattr(streams.os, "_exit", exit_now)
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     if ends is None:
         with pytest.raises(SystemExit):
-            exits.leave(done)
+            streams.leave(done)
     else:
         with pytest.raises(Left) as left:
-            exits.leave(done)
+            streams.leave(done)
         assert left.value.args == (ends,)
     monkeypatch.setitem(sys.modules, "ray", sys)  # any module: Ray was imported
     with pytest.raises(SystemExit) as usual:
-        exits.leave(done)
+        streams.leave(done)
     assert usual.value is done
 
 

@@ -223,8 +223,11 @@ class SlowSteps(logging.Handler):
                 self.say(message)
 
     def say(self, message: str) -> None:
-        self.stream.write(f"batchscore: {message}\n")
-        self.stream.flush()
+        """Said if stderr takes it: one that cannot (a pipe whose reader left, a full disk, a
+        program started without stderr) never stops the caller's call."""
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            self.stream.write(f"batchscore: {message}\n")
+            self.stream.flush()
 
     def close(self) -> None:
         with self.turn:

@@ -17,6 +17,8 @@ from typing import Any, TextIO
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from batchscore.observe.streams import Guarded
+
 log = logging.getLogger("batchscore")
 MAX_POINTS = 240  # timeline points kept: enough for a smooth chart, small in the report JSON
 ROUNDING = 1e-6  # thirds of a row that add up to 0.9999999 still make a whole row
@@ -80,7 +82,13 @@ class Progress:
         if mode == "bar":
             self.redirect = logging_redirect_tqdm()  # the root logger's console handler
             self.redirect.__enter__()
-            self.bar = tqdm(total=total_rows, unit="row", delay=delay_s, **bar_width(sys.stderr))
+            # the stderr of a call from Python is the caller's, not guarded for the process
+            # (`streams.guard`): a bar that cannot be drawn must not stop the scoring
+            stream = sys.stderr
+            stream = stream if isinstance(stream, Guarded) else Guarded(stream, "stderr")
+            self.bar = tqdm(
+                total=total_rows, unit="row", delay=delay_s, file=stream, **bar_width(stream)
+            )
 
     def advance(self, rows: float, tokens: int) -> None:
         if self.first_batch_at is None and tokens:

@@ -39,6 +39,7 @@ from batchscore.output.verdict import bad_share_error
 from batchscore.output.writer import ChunkWriter
 from batchscore.storage.layout import part_name, rejected_name
 from batchscore.threads import available_cores, in_shares
+from batchscore.work.columns import cast_exactly
 from batchscore.work.row_errors import rejected_lines
 from batchscore.work.units import Chunk, Scored
 
@@ -213,15 +214,20 @@ class Committer:
 
 
 def conform(table: pa.Table, schema: pa.Schema, chunk: Chunk) -> pa.Table:
-    """Cast a window to the output schema; a value that does not fit fails its shard."""
+    """Cast a window to the output schema, every value exactly (`cast_exactly`: one folder,
+    one schema, `batchscore.output.drift`); a value that does not fit fails its shard."""
     if table.schema == schema:
         return table
     try:
         if sorted(table.column_names) == sorted(schema.names):  # the row hash goes last
             table = table.select(schema.names)  # (`output_schema`); other mismatches: cast's
+            return cast_exactly(table, schema)
         return table.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise InputDataError(f"{chunk.shard.path}: rows {chunk.start}-{chunk.stop}: {exc}") from exc
+        raise InputDataError(
+            f"{chunk.shard.path}: rows {chunk.start}-{chunk.stop}: {exc}; the output folder "
+            "holds the column in another type, which cannot hold this value exactly"
+        ) from exc
 
 
 def intent(chunk: Chunk, facts: FileFacts) -> dict[str, Any]:

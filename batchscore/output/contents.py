@@ -10,7 +10,6 @@ import pyarrow as pa
 from batchscore.errors import BookkeepingError
 from batchscore.job.sections import ROW_HASH, EmbedConfig, Job
 from batchscore.version import __version__
-from batchscore.work.columns import canonical_schema
 from batchscore.work.row_errors import error_fields
 
 
@@ -21,13 +20,14 @@ def output_schema(
     `[output].on_error`), then by rows (``row_hash``) each row's hash, last, where a reader's
     ``select *`` meets it after every column it knows.
 
-    A carried column is written in the one layout of its kind (`canonical`: text as
-    ``string``, integers as ``int64``), not in its first shard's: shards of one folder written
-    by pyarrow, polars and pandas then share their data files' schema, and a run that meets its
-    shards in another order (the first one failed, say) writes the same one.
+    ``carried`` are the types the plan settled (`batchscore.output.drift`): the folder's
+    committed files' once it has some, else the one layout of their kind (`canonical`: text
+    as ``string``, integers as ``int64``) that holds every shard's, not the first shard's:
+    shards of one folder written by pyarrow, polars and pandas then share their data files'
+    schema, and a run that meets its shards in another order writes the same one.
     """
     hashes = [pa.field(ROW_HASH, pa.int64())] if row_hash else []
-    return pa.schema([*canonical_schema(carried), *task_columns, *error_fields(on_error), *hashes])
+    return pa.schema([*carried, *task_columns, *error_fields(on_error), *hashes])
 
 
 def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, str]:

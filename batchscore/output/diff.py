@@ -34,6 +34,7 @@ import pyarrow.ipc as ipc
 
 from batchscore.errors import InputDataError
 from batchscore.job.sections import ROW_HASH, InputConfig
+from batchscore.output.drift import check_values
 from batchscore.storage.store import Store
 from batchscore.work.columns import normalized
 from batchscore.work.row_hash import hashed_columns, row_hashes, value_words
@@ -168,14 +169,16 @@ def row_diff(
     shards: list[Shard],
     store: Store,
     committed: dict[str, dict[str, Any]],
+    carried: pa.Schema | None = None,
     unread: bool = False,
 ) -> RowDiff:
     """The diff of ``shards`` (those the plan could read) against the ``committed`` records'
-    data files in ``store``. Parts spill to a temporary folder of this machine's (never the
-    output folder: `status` and `plan` write nothing there), removed on the way out; a shard
-    that cannot be read (`InputDataError`) is left out and listed in ``failures``. With one
-    left out, or ``unread`` (some shard's footer failed the plan), only new ids are scored and
-    nothing retires."""
+    data files in ``store``; each carried column's values must fit its type in ``carried``
+    (the plan's: the folder's, `batchscore.output.drift.check_values`). Parts spill to a
+    temporary folder of this machine's (never the output folder: `status` and `plan` write
+    nothing there), removed on the way out; a shard that cannot be read (`InputDataError`)
+    is left out and listed in ``failures``. With one left out, or ``unread`` (some shard's
+    footer failed the plan), only new ids are scored and nothing retires."""
     diff = RowDiff()
     hashed = hashed_columns(inp, kinds)
     keys = sorted(committed)
@@ -186,7 +189,7 @@ def row_diff(
     try:
         for shard in shards:
             try:
-                for table in input_keys(shard, inp, kinds, hashed, diff):
+                for table in input_keys(shard, inp, kinds, hashed, diff, carried):
                     sides[0].add(table)
             except DuplicateIdError:
                 raise
@@ -237,10 +240,16 @@ def key_schema(id_type: pa.DataType, source: str) -> pa.Schema:
 
 
 def input_keys(
-    shard: Shard, inp: InputConfig, kinds: dict[str, str], hashed: tuple[str, ...], diff: RowDiff
+    shard: Shard,
+    inp: InputConfig,
+    kinds: dict[str, str],
+    hashed: tuple[str, ...],
+    diff: RowDiff,
+    carried: pa.Schema | None = None,
 ) -> Iterator[pa.Table]:
-    """A shard's rows as (id, hash, shard, row), `where` applied, a batch at a time; the shard
-    must be the file the run listed once its rows are read (`check_unchanged`)."""
+    """A shard's rows as (id, hash, shard, row), `where` applied, a batch at a time, each
+    carried column's values checked against its type in ``carried``; the shard must be the
+    file the run listed once its rows are read (`check_unchanged`)."""
     row_filter = inp.row_filter
     columns = list(dict.fromkeys([inp.id, *hashed, *(row_filter.columns if row_filter else ())]))
     pf = open_shard(shard)
@@ -262,6 +271,8 @@ def input_keys(
                     '= "rows" every row needs an id of its own: fill it in, or filter the row '
                     "out with [input].where"
                 )
+            if carried is not None:
+                check_values(table, carried, shard=shard, rows=rows)
             passing += table.num_rows
             yield pa.table(
                 {
@@ -307,14 +318,14 @@ def join(
     retire (packed), counted into ``diff``."""
     import polars as pl
 
-    if outputs.schema.field("id").type != inputs.schema.field("id").type:
+    found, folder = inputs.schema.field("id").type, outputs.schema.field("id").type
+    if found != folder:  # the folder's type holds the input's (`batchscore.output.drift`)
         try:
-            kind = inputs.schema.field("id").type
-            outputs = outputs.set_column(0, "id", outputs.column("id").cast(kind))
+            inputs = inputs.set_column(0, "id", inputs.column("id").cast(folder))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise InputDataError(
-                f"[input].id is {inputs.schema.field('id').type} in the input but the "
-                f"committed output holds it as {outputs.schema.field('id').type}: {exc}"
+                f"[input].id is {found} in the input but the committed output holds it as "
+                f"{folder}: {exc}"
             ) from None
     left, right = pl.from_arrow(inputs), pl.from_arrow(outputs)
     if failed:

@@ -37,6 +37,7 @@ import pyarrow as pa
 from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.diff import RowDiff, row_diff
+from batchscore.output.drift import folder_reference
 from batchscore.output.manifest import problems
 from batchscore.output.pending import Pending, check_room, check_shard, read_footer
 from batchscore.output.retire import MOVING, carry_out, finish_retiring, summary
@@ -69,6 +70,17 @@ def pending_rows(
     plan = Pending(shards=shards)
     plan.gone = finish_retiring(ckpt) if forget else []
     committed = ckpt.committed()
+    # every shard's columns first: a type the folder cannot hold refuses the run here, before
+    # anything is un-committed or retired (`batchscore.output.drift`)
+    readable, rows_of = [], {}
+    reference = folder_reference(ckpt.store, committed, inp.copied)
+    for shard in shards:
+        footer = read_footer(shard)
+        fits, reference = check_shard(plan, shard, footer, reference, inp, kinds, inp.row_filter)
+        if fits:
+            readable.append(shard)
+            rows_of[shard.index] = footer.rows
+    plan.carried = reference.schema if reference else pa.schema([])
     for where in ckpt.drop_damaged() if forget else []:
         log.warning("%s was damaged and is removed; its rows are scored again", where)
     for key, why in sorted(problems(ckpt.store, committed).items()):
@@ -80,20 +92,13 @@ def pending_rows(
             ckpt.forget(key, record)
     if forget and ckpt.table is not None:  # the table's files: the committed chunks' files
         ckpt.table.reconcile(committed)
-    readable, reference, rows_of = [], None, {}
-    for shard in shards:
-        footer = read_footer(shard)
-        fits, reference = check_shard(plan, shard, footer, reference, inp, kinds, inp.row_filter)
-        if fits:
-            readable.append(shard)
-            rows_of[shard.index] = footer.rows
-    plan.carried = reference[0] if reference else pa.schema([])
     diff = row_diff(
         inp,
         kinds=kinds,
         shards=readable,
         store=ckpt.store,
         committed=committed,
+        carried=plan.carried,
         unread=bool(plan.failures),  # a shard not read: what left cannot be told
     )
     plan.failures += diff.failures

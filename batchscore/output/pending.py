@@ -9,7 +9,9 @@ from their path, so adding, removing or renaming a shard never touches another's
 output of a shard that left the input moves out of the data files (`status` lists it as gone).
 
 A shard whose footer, columns or column types are unusable fails alone, before any scoring;
-an `[input].where` that does not fit a shard's columns is the job's error, not the shard's.
+an `[input].where` that does not fit a shard's columns is the job's error, not the shard's. A
+carried column whose type the folder's committed files cannot hold exactly refuses the run
+before anything is retired or un-committed (`batchscore.output.drift`).
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from batchscore.errors import InputDataError, JobError, OutputConflictError
 from batchscore.job.sections import InputConfig
 from batchscore.job.where import RowFilter
 from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.drift import Reference, check_drift, folder_reference
 from batchscore.output.manifest import problems, written_for
 from batchscore.output.retire import finish_retiring, retire, summary
 from batchscore.storage.fs import is_url
 from batchscore.storage.layout import part_name, shard_of
-from batchscore.work.shards import check_columns, is_text, open_shard
+from batchscore.work.shards import check_columns, open_shard
 from batchscore.work.units import Chunk, Shard, chunks_of
 
 log = logging.getLogger("batchscore")
@@ -57,41 +60,6 @@ class Pending:
     retired: list[dict] = field(default_factory=list)  # by rows: the retirements made
 
 
-def family(kind: pa.DataType) -> str:
-    """Types within one family cast into each other safely enough to share an output column."""
-    if pa.types.is_dictionary(kind):
-        return family(kind.value_type)
-    for name, test in (
-        ("integer", pa.types.is_integer),
-        ("floating", pa.types.is_floating),
-        ("string", is_text),
-        ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
-    ):
-        if test(kind):
-            return name
-    return str(kind)
-
-
-def typed(reference: pa.Schema, schema: pa.Schema) -> pa.Schema:
-    """The reference with its all-null columns (an empty shard's, say) typed by ``schema``."""
-    fields = [schema.field(f.name) if pa.types.is_null(f.type) else f for f in reference]
-    return pa.schema(fields)
-
-
-def check_drift(shard: Shard, schema: pa.Schema, reference: pa.Schema, source: str) -> None:
-    """Carried columns must keep their type across shards, or output parts would not agree.
-    A column of nulls only (type null) fits any type."""
-    for ref in reference:
-        found = schema.field(ref.name).type
-        if pa.types.is_null(found) or pa.types.is_null(ref.type):
-            continue
-        if found != ref.type and family(found) != family(ref.type):
-            raise InputDataError(
-                f"{shard.path}: column {ref.name!r} is {found} here but {ref.type} in {source}; "
-                "output files must share one schema, so this shard is not scored"
-            )
-
-
 def pending_work(
     inp: InputConfig,
     *,
@@ -108,36 +76,76 @@ def pending_work(
     """
     plan = Pending(shards=shards)
     rows_filter = inp.row_filter
-    committed = stale(ckpt, shards, plan, fingerprint=fingerprint, forget=forget)
-    by_shard: dict[str, list[dict]] = {}
-    for key, record in committed.items():
-        by_shard.setdefault(shard_of(key), []).append(record)
+    plan.gone = finish_retiring(ckpt) if forget else []
+    committed = ckpt.committed()
+    reference = folder_reference(ckpt.store, committed, inp.copied)
+    records = by_shard_key(committed)
+    footers = read_footers([s for s in shards if not settled(s, records.get(s.key, []))])
+    if reference is not None:  # a drift refuses the run before anything below changes
+        check_folder(shards, footers, reference, inp.copied)
+    committed = stale(ckpt, shards, plan, committed, fingerprint=fingerprint, forget=forget)
+    by_shard = by_shard_key(committed)
     whole = {s.key for s in shards if whole_shard(by_shard.get(s.key, []))}
-    reference: tuple[pa.Schema, str] | None = None
-    pool = ThreadPoolExecutor(FOOTER_READS)
-    try:
-        # footers in an object store are read ahead (each waits on a round trip); local ones
-        # here, one by one: each takes a tenth of a millisecond, less than a thread's handoff
-        remote = [s for s in shards if s.key not in whole and is_url(s.path)]
-        ahead = {s.key: pool.submit(read_footer, s) for s in remote}
-        for shard in shards:
-            records = by_shard.get(shard.key, [])
-            plan.bad_by_shard[shard.path] = sum(r["bad_rows"] for r in records)
-            if shard.key in whole and reference is not None:
-                plan.done_chunks += len(records)
-                plan.done_rows += sum(r["rows"] for r in records)
-                plan.total_rows += sum(r["stop"] - r["start"] for r in records)
-                continue  # whole shard committed: its rows are not read again
-            footer = ahead[shard.key].result() if shard.key in ahead else read_footer(shard)
-            reference = plan_shard(
-                plan, shard, footer, reference, inp, kinds, rows_filter, chunk_rows, committed
-            )
-    finally:  # a storage error stops the plan: the footers not yet read are not read
-        pool.shutdown(cancel_futures=True)
-    plan.carried = reference[0] if reference else pa.schema([])
+    for shard in shards:
+        records = by_shard.get(shard.key, [])
+        plan.bad_by_shard[shard.path] = sum(r["bad_rows"] for r in records)
+        if shard.key in whole and reference is not None:
+            plan.done_chunks += len(records)
+            plan.done_rows += sum(r["rows"] for r in records)
+            plan.total_rows += sum(r["stop"] - r["start"] for r in records)
+            continue  # whole shard committed: its rows are not read again
+        footer = footers[shard.key] if shard.key in footers else read_footer(shard)
+        reference = plan_shard(
+            plan, shard, footer, reference, inp, kinds, rows_filter, chunk_rows, committed
+        )
+    plan.carried = reference.schema if reference else pa.schema([])
     if forget:  # a dry run leaves the folder as it is
         check_room(ckpt, plan.chunks, fingerprint)
     return plan
+
+
+def by_shard_key(committed: dict[str, dict]) -> dict[str, list[dict]]:
+    """The commit records of each shard, by its key."""
+    found: dict[str, list[dict]] = {}
+    for key, record in committed.items():
+        found.setdefault(shard_of(key), []).append(record)
+    return found
+
+
+def settled(shard: Shard, records: list[dict]) -> bool:
+    """Whether ``records`` commit every chunk of the shard as it is now (its footer need not
+    be read)."""
+    return whole_shard(records) and all(r["shard"] == shard.identity for r in records)
+
+
+def read_footers(shards: list[Shard]) -> dict[str, Footer | InputDataError]:
+    """Each shard's footer (`read_footer`), by its key; in an object store a few at a time
+    (each waits on a round trip), here one by one (a tenth of a millisecond each, less than a
+    thread's handoff). A storage error stops the plan: the footers not yet read are not."""
+    pool = ThreadPoolExecutor(FOOTER_READS)
+    try:
+        ahead = {s.key: pool.submit(read_footer, s) for s in shards if is_url(s.path)}
+        return {s.key: ahead[s.key].result() if s.key in ahead else read_footer(s) for s in shards}
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def check_folder(
+    shards: list[Shard],
+    footers: dict[str, Footer | InputDataError],
+    reference: Reference,
+    copied: tuple[str, ...],
+) -> None:
+    """`SchemaDriftError` for the first shard whose carried columns the folder's types do not
+    hold; a shard that fails for another reason (unreadable, a column missing) is left to fail
+    alone in the plan."""
+    for shard in shards:
+        footer = footers.get(shard.key)
+        if footer is None or isinstance(footer, InputDataError):
+            continue
+        schema = footer.schema
+        if all(len(schema.get_all_field_indices(c)) == 1 for c in copied):
+            check_drift(shard, pa.schema([schema.field(c) for c in copied]), reference)
 
 
 def whole_shard(records: list[dict]) -> bool:
@@ -170,13 +178,13 @@ def plan_shard(
     plan: Pending,
     shard: Shard,
     footer: Footer | InputDataError,
-    reference: tuple[pa.Schema, str] | None,
+    reference: Reference | None,
     inp: InputConfig,
     kinds: dict[str, str],
     rows_filter: RowFilter | None,
     chunk_rows: int,
     committed: dict[str, dict],
-) -> tuple[pa.Schema, str] | None:
+) -> Reference | None:
     """Check one shard against the job and the shards before it, and add its chunks to the
     plan (those committed as done); returns the schema later shards must match."""
     fits, reference = check_shard(plan, shard, footer, reference, inp, kinds, rows_filter)
@@ -195,13 +203,14 @@ def check_shard(
     plan: Pending,
     shard: Shard,
     footer: Footer | InputDataError,
-    reference: tuple[pa.Schema, str] | None,
+    reference: Reference | None,
     inp: InputConfig,
     kinds: dict[str, str],
     rows_filter: RowFilter | None,
-) -> tuple[bool, tuple[pa.Schema, str] | None]:
+) -> tuple[bool, Reference | None]:
     """Whether one shard's footer fits the job and the shards before it (if not, its failure
-    is in ``plan``), and the schema later shards must match."""
+    is in ``plan``), and the types later shards must fit (`batchscore.output.drift`: a type
+    the folder's committed files cannot hold refuses the run, `SchemaDriftError`)."""
     try:
         if isinstance(footer, InputDataError):
             raise footer
@@ -209,11 +218,7 @@ def check_shard(
         check_columns(shard, footer.schema, inp.copied, kinds)
         check_where(rows_filter, shard, footer.schema)
         carried = pa.schema([footer.schema.field(c) for c in inp.copied])
-        if reference is None:
-            reference = (carried, shard.path)
-        else:
-            check_drift(shard, carried, *reference)
-            reference = (typed(reference[0], carried), reference[1])
+        reference = check_drift(shard, carried, reference)
     except InputDataError as exc:
         plan.failures.append({"shard": shard.path, "error": str(exc)})
         return False, reference
@@ -221,17 +226,21 @@ def check_shard(
 
 
 def stale(
-    ckpt: Checkpoint, shards: list[Shard], plan: Pending, *, fingerprint: str, forget: bool = True
+    ckpt: Checkpoint,
+    shards: list[Shard],
+    plan: Pending,
+    committed: dict[str, dict],
+    *,
+    fingerprint: str,
+    forget: bool = True,
 ) -> dict[str, dict]:
-    """The commit records that still hold; un-commit the others (unless ``forget`` is off, for
-    a dry run) and say why in ``plan``.
+    """The ``committed`` records that still hold; un-commit the others (unless ``forget`` is
+    off, for a dry run) and say why in ``plan``.
 
     The output of a shard that left the input moves out of the data files first, kept under
     ``_batchscore/gone/`` (see `batchscore.output.retire`); a dry run only lists it.
     """
     live = {s.key: s for s in shards}
-    plan.gone = finish_retiring(ckpt) if forget else []
-    committed = ckpt.committed()
     if forget:
         plan.gone += retire(ckpt, committed, set(live), fingerprint=fingerprint)
     for where in ckpt.drop_damaged() if forget else []:

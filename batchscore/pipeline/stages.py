@@ -25,10 +25,11 @@ from batchscore.models.base import Encoding, Task
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
-from batchscore.work.columns import gather, undecoded
+from batchscore.work.columns import gather
 from batchscore.work.folders import FOLDER, image_layout, with_folder
 from batchscore.work.row_hash import hash_column, hashed_columns
 from batchscore.work.shards import check_columns, open_shard
+from batchscore.work.text_bytes import undecoded
 from batchscore.work.units import Chunk, Encoded, Part, Rows, Shard, Window, chunks_of, failed
 
 log = logging.getLogger("batchscore")

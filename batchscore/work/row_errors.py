@@ -13,8 +13,8 @@ import json
 
 import pyarrow as pa
 
-from batchscore.work.columns import undecoded
 from batchscore.work.shards import is_text
+from batchscore.work.text_bytes import undecoded
 
 COLUMN = "error"
 FIELD = pa.field(COLUMN, pa.string())

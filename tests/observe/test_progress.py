@@ -109,3 +109,18 @@ def test_a_terminal_without_a_size_gets_the_same_bar():
         assert all(done.isdigit() for done, _ in counts) and "row/s" in screen
     lines = sizeless.replace("\r", "\n").splitlines()
     assert max(len(line) for line in lines) <= progress_module.FALLBACK_COLUMNS
+
+
+def test_a_bar_onto_a_failing_stderr_never_stops_the_scoring(monkeypatch):
+    """The Python API draws its bar on the caller's stderr, which batchscore does not guard
+    for the whole process: a pipe whose reader left (or a full disk, a closed descriptor) must
+    not raise out of the bar into the scoring; the caller's stderr is left as it was."""
+    read, write = os.pipe()
+    os.close(read)
+    with io.TextIOWrapper(open(write, "wb", buffering=0), write_through=True) as gone:
+        monkeypatch.setattr(sys, "stderr", gone)  # written through, as sys.stderr is
+        bar = Progress(30, "bar")
+        for _ in range(30):
+            bar.advance(1, 5)
+        bar.close()
+        assert sys.stderr is gone

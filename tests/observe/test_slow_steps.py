@@ -61,3 +61,14 @@ def test_a_notebooks_first_call_says_what_it_is_doing(tmp_path):
     assert "batchscore: quality gate: scoring 40 rows in fp32" in said
     assert "batchscore: quality gate done in " in said
     assert "Traceback" not in said
+
+
+def test_a_failing_stderr_never_stops_the_call():
+    """A warning, or a slow step said, onto a stderr that cannot take it (a pipe whose reader
+    left; a process started without stderr) is dropped, never raised into the caller's call."""
+    read, write = os.pipe()
+    os.close(read)
+    record = logging.makeLogRecord({"msg": "a warning", "levelno": logging.WARNING})
+    with io.TextIOWrapper(open(write, "wb", buffering=0), write_through=True) as gone:
+        SlowSteps(0.0, gone).emit(record)
+    SlowSteps(0.0, None).emit(record)  # type: ignore[arg-type]  # sys.stderr is None

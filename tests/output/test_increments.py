@@ -8,11 +8,18 @@ folder's committed files."""
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 from pathlib import Path
+from typing import Any
 
 import deltalake
+import duckdb
+import numpy as np
+import polars as pl
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
@@ -319,3 +326,66 @@ def test_rows_with_an_error_stay_listed_with_their_file_when_it_is_rewritten(
     [listing] = (done / "rejected").glob("*.jsonl")
     assert listing.name == f"{held['chunk']}.jsonl" and '"a1"' in listing.read_text()
     check(tmp_path / "out", inputs)
+
+
+def pandas_frame(count: int) -> Any:
+    """Rows as a pandas user has them: nanosecond moments (whole microseconds), one column of
+    them zoned, dates, decimals of mixed scales, a category, features float32."""
+    import pandas as pd
+
+    x = np.random.default_rng(0).normal(size=(count, 4)).astype(np.float32)
+    start = pd.Timestamp("2024-03-01 12:00:00.123456")
+    moments = pd.Series([start + pd.Timedelta(microseconds=7 * i) for i in range(count)])
+    return pd.DataFrame(
+        {
+            "id": np.arange(count, dtype=np.int64),
+            **{f"x{j}": x[:, j] for j in range(4)},
+            "t": moments.astype("datetime64[ns]"),
+            "z": moments.dt.tz_localize("UTC").astype("datetime64[ns, UTC]"),
+            "d": [datetime.date(2024, 1, 1 + i % 28) for i in range(count)],
+            "m": [
+                decimal.Decimal("1.50") if i % 2 else decimal.Decimal(f"{i}.5")
+                for i in range(count)
+            ],
+            "c": pd.Categorical(["en", "de"] * (count // 2) + ["en"] * (count % 2)),
+        }
+    )
+
+
+def spark_style(path: Path, **options: Any) -> None:
+    """``path`` written again as Spark writes Parquet: no Arrow schema in the footer, no
+    dictionaries, small row groups, timestamps as ``options`` say (INT96, or microseconds)."""
+    table = pq.read_table(path)
+    pq.write_table(
+        table, path, store_schema=False, use_dictionary=False, row_group_size=3, **options
+    )
+
+
+def test_an_input_rewritten_by_other_writers_scores_nothing(tmp_path: Path):
+    """A by-rows job over a folder pandas wrote, with moments, a zoned moment, dates, decimals
+    and a category kept (so hashed): polars writing the same rows again, then Spark (INT96,
+    which comes back naive; then microseconds) scores and retires nothing; a row appended in
+    Spark's layout is scored alone, written in the folder's types; polars, DuckDB and
+    pyarrow.dataset read the folder, one schema throughout."""
+    job = rows_job(tmp_path, keep=["t", "z", "d", "m", "c"])
+    inputs, out = tmp_path / "in", tmp_path / "out"
+    pandas_frame(9).to_parquet(inputs / "a.parquet")
+    assert scored(job) == (9, 0)
+    pl.read_parquet(inputs / "a.parquet").write_parquet(inputs / "a.parquet")
+    assert scored(job) == (0, 0)
+    spark_style(inputs / "a.parquet", use_deprecated_int96_timestamps=True)
+    assert pq.read_schema(inputs / "a.parquet").field("z").type == pa.timestamp("ns")  # naive
+    assert scored(job) == (0, 0)
+    spark_style(inputs / "a.parquet", coerce_timestamps="us")
+    assert scored(job) == (0, 0)
+    pandas_frame(10).to_parquet(inputs / "a.parquet")  # one row appended ...
+    spark_style(inputs / "a.parquet", coerce_timestamps="us")  # ... in Spark's layout
+    assert scored(job) == (1, 0)
+    files = sorted(out.glob("*.parquet"))
+    assert len({pq.read_schema(f).remove_metadata() for f in files}) == 1
+    glob = pl.read_parquet(str(out / "*.parquet"))
+    assert glob.height == 10 and sorted(glob["id"]) == list(range(10))
+    con = duckdb.connect()
+    assert con.execute(f"select count(*) from '{out}/*.parquet'").fetchone()[0] == 10
+    assert ds.dataset([str(f) for f in files]).to_table().num_rows == 10
+    check(out, inputs)

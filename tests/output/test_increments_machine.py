@@ -14,7 +14,8 @@ folder's committed rows.
 Each machine runs until it has killed a run at every point in its list at least once (a
 point never reached fails the test) and prints the points it reached. A tiny MLP over 4
 feature columns (the tensor task) keeps runs short; kills run `batchscore run` in a real
-subprocess. The long run (``-m soak``): ``BATCHSCORE_MACHINE_EXAMPLES`` and ``_STEPS`` more.
+subprocess. The long run: ``pytest -m soak tests/output/test_increments_machine.py`` (at least
+``BATCHSCORE_MACHINE_EXAMPLES`` examples of ``_STEPS`` steps, 60 and 15 unless set).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import deltalake
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -60,6 +62,26 @@ KILLS = [
     "remove",
 ]
 DELTA_KILLS = ["after-table-commit", "rewrite-table", "rewrite-record"]  # a Delta table's own
+
+
+def by_spark(table: pa.Table, path: Path) -> None:
+    """As Spark writes: large strings, doubles for floats, no dictionary, small row groups."""
+    wide = pa.schema([("id", pa.large_string()), *[(f, pa.float64()) for f in FEATURES]])
+    pq.write_table(
+        table.cast(wide),
+        path,
+        use_dictionary=False,
+        row_group_size=2,
+        use_deprecated_int96_timestamps=True,
+    )
+
+
+# the input's neighbours: the same values written again by another tool, in its own layout
+WRITERS = {
+    "pandas": lambda table, path: table.to_pandas().to_parquet(path, index=False),
+    "polars": lambda table, path: pl.from_arrow(table).write_parquet(path),
+    "spark": by_spark,
+}
 
 
 class RowsFolder(RuleBasedStateMachine):
@@ -167,6 +189,15 @@ class RowsFolder(RuleBasedStateMachine):
         merged = pa.concat_tables([self.files[second], self.files[first]])
         self.put(first, None)
         self.put(second, merged)
+
+    @precondition(lambda self: self.files)
+    @rule(data=st.data(), writer=st.sampled_from(sorted(WRITERS)))
+    def rewrite_in_another_layout(self, data: st.DataObject, writer: str) -> None:
+        """Another tool writes a file again, the same values in its own layout (a neighbour:
+        `WRITERS`); by rows, its rows keep their hashes and score nothing."""
+        name = data.draw(self.names())
+        WRITERS[writer](self.files[name], self.inputs / name)
+        self.touched = True
 
     @precondition(lambda self: self.files)
     @rule()
@@ -302,17 +333,32 @@ def machine_settings(**more: int) -> settings:
     )
 
 
-EXAMPLES = int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "6"))
-STEPS = int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "10"))
+MACHINES = [(RowsFolder, KILLS), (RowsDeltaFolder, KILLS + DELTA_KILLS)]
 
 
-@pytest.mark.parametrize(
-    "machine, points", [(RowsFolder, KILLS), (RowsDeltaFolder, KILLS + DELTA_KILLS)]
-)
+@pytest.mark.timeout(1800)  # rounds until every point is reached: minutes on a busy machine
+@pytest.mark.parametrize("machine, points", MACHINES)
 def test_every_kill_point_is_reached_and_every_step_holds(machine, points, monkeypatch):
-    """Rounds of ``EXAMPLES`` sequences until a run was killed at each of ``points``."""
+    """Rounds of 4 sequences until a run was killed at each of ``points``."""
     kills = Kills(points, points)
     monkeypatch.setattr(machine, "kills", kills)
+    until_reached(machine, kills, examples=4, steps=10, rounds=20, settings_of=machine_settings)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("machine, points", MACHINES)
+def test_the_long_run(machine, points, monkeypatch):
+    """The same, for as long as asked (``make soak`` runs the folder's own soak instead)."""
+    kills = Kills(points, points)
+    monkeypatch.setattr(machine, "kills", kills)
+    examples = int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "60"))
+    steps = int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "15"))
     until_reached(
-        machine, kills, examples=EXAMPLES, steps=STEPS, rounds=8, settings_of=machine_settings
+        machine,
+        kills,
+        examples=10,
+        steps=steps,
+        rounds=max(examples // 10, 1),
+        settings_of=machine_settings,
+        at_least=examples,
     )

@@ -1,6 +1,7 @@
 """The output contract as a state machine: random sequences of shards added, removed and
 renamed, committed files deleted or replaced, foreign files dropped into the output, runs, runs
-SIGKILLed after a random commit, runs SIGKILLed while they move a left shard's output to
+SIGKILLed at a point they really pass (`tests.kills`: each run traced first, each kill asserted
+to have happened), among them after a commit and while they move a left shard's output to
 `_batchscore/gone/`, restarts, and restarts SIGKILLed once their commit records are removed
 (with new settings, as a restart is for). After every step: foreign files are intact, no row is
 in the data glob twice, the output of a shard that left the input is recoverable under
@@ -8,7 +9,8 @@ in the data glob twice, the output of a shard that left the input is recoverable
 batchscore was the last to act, `_SUCCESS` present means the data glob holds exactly the
 current input's rows, once (every destructive step drops it first); after every completed run:
 the data glob (``out/**/*.parquet``, the foreign files aside) equals scoring the current input,
-every row of every shard exactly once, and nothing else.
+every row of every shard exactly once, and nothing else. The machine runs until a run was
+killed at every point of `KILLS` (a point never reached fails the test), and prints them.
 
 A tiny MLP over 4 feature columns (the tensor task) keeps each run well under a second, so the
 machine can try many sequences; kills run `batchscore run` in a real subprocess.
@@ -35,13 +37,31 @@ from batchscore.job.parse import load_job
 from batchscore.models.numeric.factories import mlp
 from batchscore.recipes.driver import run_job
 from batchscore.recipes.status import job_status
-from tests.commands import run
+from batchscore.storage.layout import RESTART
 from tests.conftest import source_of, write_job
+from tests.kills import Kills, until_reached
+from tests.reliability import committed_files, intended_files
 
 pytestmark = pytest.mark.slow
 NAMES = ["a", "b", "c", "d", "e", "zz", "0-first"]
 FOREIGN = ["part-0.parquet", "part-00000-3f2a.snappy.parquet", "notes.txt", "nested/part-1.parquet"]
 ARGS = {"in_features": 4, "out_features": 3, "hidden": [8]}
+# the points a run passes (a retirement's moves and removals among them), and a restart's
+RUN_KILLS = [
+    "after-temp-write",
+    "write-chunk",
+    "after-fsync",
+    "after-rename",
+    "before-record",
+    "write-record",
+    "after-record",
+    "model-batch",
+    "read-window",
+    "retire-move",
+    "remove",
+]
+RESTART_KILLS = ["restart-unrecorded", "restart-remove"]
+KILLS = [*RUN_KILLS, *RESTART_KILLS]
 
 
 def digest(path: Path) -> str:
@@ -51,6 +71,8 @@ def digest(path: Path) -> str:
 class OutputFolder(RuleBasedStateMachine):
     """The model: the current input shards (name -> table), the gone shards' tables, and the
     foreign files dropped into the output (path -> digest)."""
+
+    kills = Kills(KILLS, KILLS)  # replaced by each test
 
     @initialize()
     def setup(self) -> None:
@@ -201,36 +223,58 @@ class OutputFolder(RuleBasedStateMachine):
         self.check_complete()
 
     @precondition(lambda self: self.shards)
-    @rule(commits=st.integers(1, 3))
-    def kill_after_a_commit(self, commits: int) -> None:
+    @rule(pick=st.integers(0, 2**16))
+    def kill_after_a_commit(self, pick: int) -> None:
+        was = self.restarting
         self.started()
-        done = run(self.job, faults=f"after-record@{commits}:kill")
-        assert done.returncode in (0, -9), done.stderr[-2000:]
-        if done.returncode == 0:
-            self.check_complete()
+        self.killed(self.kills.kill(self.job, self.out, pick, among=["after-record"]), was)
 
     @precondition(lambda self: self.shards)
-    @rule(chunk_rows=st.sampled_from([3, 4]))
-    def kill_a_restart_between_records_and_files(self, chunk_rows: int) -> None:
-        """A --restart with these settings, SIGKILLed once it removed the commit records: the
-        data files batchscore wrote are still there, and the job now has the new settings."""
+    @rule(pick=st.integers(0, 2**16))
+    def kill(self, pick: int) -> None:
+        """A run SIGKILLed at any point it passes: the commit protocol's, the model's, the
+        reader's, a retirement's, or while it finishes a --restart a killed run left (among
+        its removals: then the folder may still be restarting, as its list says)."""
+        was = self.restarting
+        self.started()
+        self.killed(self.kills.kill(self.job, self.out, pick, among=RUN_KILLS), was)
+
+    @precondition(lambda self: self.shards)
+    @rule(chunk_rows=st.sampled_from([3, 4]), pick=st.integers(0, 2**16))
+    def kill_a_restart_between_records_and_files(self, chunk_rows: int, pick: int) -> None:
+        """A --restart with these settings, SIGKILLed once it removed the commit records (at
+        that point, or at one of the removals of the data files batchscore wrote that follow),
+        and the job now has the new settings."""
         self.job = self.write_job(chunk_rows)
         self.started(restart=True)
-        done = run(self.job, "--restart", faults="restart-unrecorded:kill")
-        assert done.returncode == -9, done.stderr[-2000:]
-        event("a --restart killed between its records and its files")
-        self.restarting = True
+        among = ["restart-unrecorded", "restart-remove"]
+        self.killed(self.kills.kill(self.job, self.out, pick, "--restart", among=among), True)
+
+    def killed(self, point: str | None, restart: bool) -> None:
+        """After a run killed at ``point`` (None: it ran to its end) that was a --restart or
+        found one under way (``restart``): the restart is still under way where the kill cut
+        its records or its removals short (at a removal that may be the list's own, as its
+        list says), and done where the run was past them."""
+        if point is None:
+            self.check_complete()
+        else:
+            self.restarting = self.still_restarting(point, restart)
+
+    def still_restarting(self, point: str, restart: bool) -> bool:
+        if point in RESTART_KILLS:
+            return True
+        return restart and point == "remove" and (self.out / RESTART).is_file()
 
     def whole_shards(self) -> list[str]:
         """The current shards whose output was whole at the last full run."""
         return sorted(n for n in self.shards if str((self.inputs / n).resolve()) in self.whole)
 
     @precondition(lambda self: self.shards)
-    @rule(data=st.data(), to=st.sampled_from([None, *NAMES]), move=st.integers(1, 6))
-    def kill_while_a_left_shard_moves(self, data: st.DataObject, to: str | None, move: int):
+    @rule(data=st.data(), to=st.sampled_from([None, *NAMES]), pick=st.integers(0, 2**16))
+    def kill_while_a_left_shard_moves(self, data: st.DataObject, to: str | None, pick: int):
         """A shard with whole output (after a run, where none has) removed (``to`` None) or
-        renamed, then a run SIGKILLed after its n-th move of the shard's files to gone/ (it
-        ends well when there are fewer to move): the output lies partly in the data files,
+        renamed, then a run SIGKILLed after one of its moves of the shard's files to gone/ (it
+        ends well where there is none to move): the output lies partly in the data files,
         partly under gone/, until the next start finishes the move."""
         if not self.whole_shards():
             self.run()
@@ -239,14 +283,13 @@ class OutputFolder(RuleBasedStateMachine):
             self.remove(name)
         else:
             self.rename(name, to or "zz")
-        leaving = dict(self.leaving)
+        leaving, was = dict(self.leaving), self.restarting
         self.started()
-        done = run(self.job, faults=f"retire-move@{move}:kill")
-        assert done.returncode in (0, -9), done.stderr[-2000:]
-        if done.returncode == 0:
+        point = self.kills.kill(self.job, self.out, pick, among=["retire-move"])
+        if point is None:
             self.check_complete()
             return
-        event("a run killed while it moved output to gone/")
+        self.restarting = self.still_restarting(point, was)
         for shard in leaving:  # kept whole once a later start finishes the move
             self.retired.pop(shard, None)
         self.leaving.update(leaving)
@@ -368,9 +411,15 @@ class OutputFolder(RuleBasedStateMachine):
             assert set(states.values()) == {"pending"} and not status["complete"]
             return
         found = self.files_by_shard()
+        unrecorded = intended_files(self.out) - committed_files(self.out)
         for shard in current:
             done = states[shard] == "done"
-            assert done == self.holds_exactly(shard, found.get(shard, [])), (shard, states[shard])
+            files = found.get(shard, [])
+            # a kill between a group's renames and its records leaves whole files that no
+            # record names (the next start replaces them): rows in place, the shard not done
+            published = any(f.name in unrecorded for f in files)
+            holds = self.holds_exactly(shard, files)
+            assert done == holds or (holds and published), (shard, states[shard])
         in_place = {s["shard"] for s in status["shards"] if s["state"] == "gone" and not s["kept"]}
         assert not in_place & current
         assert set(found) - current - {""} <= in_place  # a reader sees it: status says so
@@ -387,10 +436,38 @@ def start_of(path: Path) -> int:
     return int(meta[b"batchscore.rows"].split(b"-")[0])
 
 
-OutputFolder.TestCase.settings = settings(
-    max_examples=int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "12")),
-    stateful_step_count=int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "12")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-TestOutputFolder = OutputFolder.TestCase
+def machine_settings(**more: int) -> settings:
+    return settings(
+        deadline=None,
+        database=None,  # each round draws new sequences
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        **more,
+    )
+
+
+@pytest.mark.timeout(1800)  # rounds until every point is reached: minutes on a busy machine
+def test_every_kill_point_is_reached_and_every_step_holds(monkeypatch):
+    """Rounds of 4 sequences until a run was killed at each of ``KILLS``."""
+    kills = Kills(KILLS, KILLS)
+    monkeypatch.setattr(OutputFolder, "kills", kills)
+    until_reached(
+        OutputFolder, kills, examples=4, steps=12, rounds=25, settings_of=machine_settings
+    )
+
+
+@pytest.mark.soak
+def test_the_long_run(monkeypatch):
+    """The same, for as long as asked: ``pytest -m soak tests/output/test_state_machine.py``
+    runs at least ``BATCHSCORE_MACHINE_EXAMPLES`` examples of ``_STEPS`` steps (60, 15)."""
+    kills = Kills(KILLS, KILLS)
+    monkeypatch.setattr(OutputFolder, "kills", kills)
+    examples = int(os.environ.get("BATCHSCORE_MACHINE_EXAMPLES", "60"))
+    until_reached(
+        OutputFolder,
+        kills,
+        examples=10,
+        steps=int(os.environ.get("BATCHSCORE_MACHINE_STEPS", "15")),
+        rounds=max(examples // 10, 1),
+        settings_of=machine_settings,
+        at_least=examples,
+    )

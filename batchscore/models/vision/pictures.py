@@ -23,9 +23,9 @@ import pyarrow as pa
 from batchscore.errors import JobError, ModelError
 from batchscore.files import Refused, read_shared
 from batchscore.storage.fs import filesystem, is_url, local_path
-from batchscore.work.columns import undecoded
 from batchscore.work.folders import FOLDER
 from batchscore.work.shards import is_text
+from batchscore.work.text_bytes import undecoded
 
 MAX_IMAGE_BYTES = 256 << 20  # one encoded image file read, at most
 # The raster formats image datasets hold, the only ones opened: Pillow would otherwise also
