@@ -657,14 +657,10 @@ DOORS: dict[str, Callable[..., None]] = {
     "run-batch": door_run_batch,
     "score": door_score,
 }
-# Cells that fail on a defect another branch of issue 46 fixes (the lead un-marks them after
-# merging it): a strict xfail, so the fix shows as an unexpected pass.
-XFAIL: dict[Callable[[Cell], bool], str] = {
-    lambda c: c.door in ("run", "api-run") and c.case == "float_drift": (
-        "issue 46: a float64 keep column is rounded to an earlier shard's float32, "
-        "fixed on branch i46-types"
-    ),
-}
+# Cells that fail on a defect another branch fixes, each a strict xfail (the fix shows as an
+# unexpected pass, and the mark goes): none now. The float_drift cells of run and api-run were
+# one until i46-types (a float64 keep column rounded to an earlier shard's float32) merged.
+XFAIL: dict[Callable[[Cell], bool], str] = {}
 
 
 def job_cells() -> list[Cell]:
