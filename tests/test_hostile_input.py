@@ -1,7 +1,9 @@
 """Hostile input, damaged state and signals: a clear error, the good rows kept, never a traceback.
 
 Real shards, the real MiniLM (or a tiny TorchScript model for numeric edge cases), real
-subprocesses for signals, a real read-only file system and a real unprivileged user.
+subprocesses for signals, a real read-only file system and a real unprivileged user. Every
+command and the Python API over one hostile corpus, in both formats and increment modes:
+`tests/test_doors.py`.
 """
 
 from __future__ import annotations

@@ -146,8 +146,10 @@ def combine(
     known: Known | None = None,
 ) -> Iterator[Window]:
     """One window of ``parts`` (of shards not in ``gone``), encoded and cut. Under
-    ``on_error = "fail"`` a row that cannot be encoded fails its shard alone: its parts leave the
-    window, its failure goes in their place, and the rest is encoded again."""
+    ``on_error = "fail"`` a row that cannot be encoded fails its shard alone: every shard with
+    such a row leaves the window at once (its failure goes in its place, naming its first
+    such row), and the rest is encoded once more: a window is tokenized at most twice, however
+    many of its shards fail."""
     while parts := [p for p in parts if p.chunk.shard.index not in gone]:
         table = pa.concat_tables([p.rows.table for p in parts]) if len(parts) > 1 else None
         start = 0
@@ -158,8 +160,9 @@ def combine(
             yield encode(window, task, batching, on_error, known)
             return
         except RowError as exc:
-            gone.add(exc.chunk.shard.index)
-            yield failed(exc.chunk, exc)
+            for chunk, error in exc.failures:
+                gone.add(chunk.shard.index)
+                yield failed(chunk, error)
         except InputDataError as exc:  # about the columns, not a row: every shard here fails
             for chunk in dict.fromkeys(p.chunk for p in parts):
                 if chunk.shard.index not in gone:
@@ -168,11 +171,24 @@ def combine(
 
 
 class RowError(InputDataError):
-    """A row that cannot be encoded under ``on_error = "fail"``; it fails its chunk's shard."""
+    """Rows that cannot be encoded under ``on_error = "fail"``: each fails its shard.
+    ``failures`` holds each such shard's first such row, with its chunk and error, in window
+    order; the message is the first of them."""
 
-    def __init__(self, message: str, chunk: Chunk) -> None:
-        super().__init__(message)
-        self.chunk = chunk
+    def __init__(self, failures: list[tuple[Chunk, InputDataError]]) -> None:
+        super().__init__(str(failures[0][1]))
+        self.failures = failures
+
+
+def row_error(window: Window, errors: dict[int, str]) -> RowError:
+    """The `RowError` of a window's rows that cannot be encoded (window row -> message)."""
+    first: dict[int, tuple[Chunk, InputDataError]] = {}  # shard index -> its first row's
+    for row in sorted(errors):
+        chunk = window.part_of(row).chunk
+        if chunk.shard.index not in first:
+            error = InputDataError(f"{window.where(row)}, {errors[row]}")
+            first[chunk.shard.index] = (chunk, error)
+    return RowError(list(first.values()))
 
 
 def encode(
@@ -189,8 +205,7 @@ def encode(
     max_tokens = batching.max_tokens
     encoded = task.encode(window.table)
     if encoded.errors and on_error == "fail":
-        row, message = min(encoded.errors.items())
-        raise RowError(f"{window.where(row)}, {message}", window.part_of(row).chunk)
+        raise row_error(window, encoded.errors)
     check_fits(encoded, max_tokens)
     keys = unit_keys(encoded)
     units, same_as = distinct(encoded, keys)

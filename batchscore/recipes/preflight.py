@@ -4,7 +4,10 @@
 Every problem is found and reported at once, and the error that carries them has the exit
 status `run` would meet them with, so a scheduler can gate on `validate` as on `run`: the job
 file's (2) before the model's (4) before the machine's (6) before a transient read's (7)
-before the data's (3: a shard that cannot be read, or lacks a column the task reads).
+before the data's (3: a shard that cannot be read, lacks a column the task reads, or holds a
+carried column of a type the other shards' cannot share; by rows, ids that repeat or are
+missing). The rows themselves are the run's to meet: a row that cannot be scored fails its
+shard, or is recorded with its error.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from batchscore.models.tasks import check_outputs, encoding, generates, input_ki
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, refusal
 from batchscore.output.pending import check_where
+from batchscore.output.todo import to_do
 from batchscore.precision.table import check_precision
 from batchscore.runtime.device import resolve_device
 from batchscore.storage import open_store
 from batchscore.work.shards import check_columns, find_shards, open_shard
+from batchscore.work.units import Shard
 
 # the order `run` meets problems in: the first kind found decides the exit status
 KINDS: tuple[type[BatchscoreError], ...] = (
@@ -65,10 +70,10 @@ def preflight(job: Job) -> list[str]:
         shards = []
     rows = 0
     rows_filter = job.input.row_filter
+    kinds = input_kinds(job.model.task, job.input, job.task)
     for shard in shards:
         try:
             pf = open_shard(shard)
-            kinds = input_kinds(job.model.task, job.input, job.task)
             check_columns(shard, pf.schema_arrow, job.input.copied, kinds)
             check_where(rows_filter, shard, pf.schema_arrow)
             rows += pf.metadata.num_rows
@@ -76,6 +81,8 @@ def preflight(job: Job) -> list[str]:
             data_problems.append(exc)
         except BatchscoreError as exc:
             problems.append(str(exc))
+    if shards and not data_problems:
+        data_problems += across_shards(job, shards, kinds)
     if shards:
         facts.append(f"input: {len(shards)} shard(s), {rows:,} rows")
     try:
@@ -115,6 +122,27 @@ def preflight(job: Job) -> list[str]:
     if found:
         raise worst(job, found)
     return facts
+
+
+def across_shards(job: Job, shards: list[Shard], kinds: dict[str, str]) -> list[BatchscoreError]:
+    """What only the shards together say, as the run's own plan of work says it (a dry run:
+    nothing changes): a carried column whose type one shard cannot share with the others,
+    and, by rows, an id that names more than one row or none."""
+    try:
+        todo = to_do(
+            job.input,
+            kinds=kinds,
+            chunk_rows=job.output.chunk_rows,
+            shards=shards,
+            ckpt=Checkpoint(job.output.path),
+            fingerprint="",  # a dry run checks no room for new files
+            forget=False,
+        )
+    except (InputDataError, TransientIOError) as exc:  # the data's, as `run` reads it
+        return [exc]
+    except BatchscoreError:  # the output folder's own problems are the run's to meet
+        return []
+    return [InputDataError(failure["error"]) for failure in todo.failures]
 
 
 def judge_model(job: Job, who: Identity) -> None:

@@ -11,7 +11,7 @@ files hold the current input only, and their footers agree on one precision and 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from batchscore.errors import (
@@ -25,34 +25,19 @@ from batchscore.job.sections import Job
 from batchscore.measure.settle import proven_decision
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
-from batchscore.models.tasks import input_kinds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
 from batchscore.output.delta import delta_table
-from batchscore.output.diff import rows_line
+from batchscore.output.diff import DuplicateIdError, rows_line
 from batchscore.output.manifest import problems
 from batchscore.output.neighbours import TAKEN, check_columns, taken_over
 from batchscore.output.retire import MOVING, retirements
-from batchscore.output.todo import to_do
+from batchscore.recipes.shard_states import ShardStatus, rows_by_shard, shard_status, stopped_by_ids
 from batchscore.storage.layout import GONE, shard_of
 from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import chunks_of
 
 IN_PLACE = f"is still in the data files: the next run moves it to {GONE}/"
-
-
-@dataclass
-class ShardStatus:
-    shard: str
-    state: str  # done | pending | partial | failed | changed | missing | damaged | gone
-    chunks_done: int
-    chunks: int
-    rows_done: int  # input rows of committed chunks
-    rows: int
-    bad_rows: int
-    rows_written: int  # output rows: rows_done less those `[input].where` dropped
-    problems: list[str] = field(default_factory=list)  # committed files no longer as written
-    kept: str | None = None  # gone: the folder its output was moved to
 
 
 def job_status(job: Job) -> dict[str, Any]:
@@ -65,9 +50,12 @@ def job_status(job: Job) -> dict[str, Any]:
     damaged = problems(ckpt.store, {k: r for k, r in committed.items() if k not in taken})
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
-    shards, live, increments = [], set(), None
+    shards, live, increments, stopped = [], set(), None, None
     if job.input.by_rows:  # by rows, shards are not the unit: the diff says what is to do
-        shards, increments = rows_by_shard(job, ckpt, committed, damaged)
+        try:
+            shards, increments = rows_by_shard(job, ckpt, committed, damaged, failed=failed)
+        except DuplicateIdError as exc:  # the input's, not the folder's: shown, not raised
+            shards, stopped = stopped_by_ids(job, committed, damaged), str(exc)
     for shard in [] if job.input.by_rows else find_shards(job.input):
         live.add(shard.key)
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
@@ -115,10 +103,12 @@ def job_status(job: Job) -> dict[str, Any]:
         and model_error is None
         and not restarting
         and not retiring
-        and not (increments and increments["to_retire"]),
+        and not (increments and increments["to_retire"])
+        and stopped is None,
         "where": job.input.where,  # what dropped rows_done - rows_written rows
         "increments": increments,  # by rows: the diff's counts (rows to score, to retire)
         "taken_over": handed_to_table(committed, taken),
+        "stopped": stopped,  # by rows: why the next run stops before scoring (its ids)
         "refused": refused,
         "model_error": model_error,
         "settled": settled or None,  # the record the footers disprove: the next run rewrites it
@@ -137,68 +127,6 @@ def handed_to_table(committed: dict[str, dict[str, Any]], taken: set[str]) -> di
     by = sorted({committed[k].get(TAKEN, "not yet seen by a run") for k in taken})
     rows = sum(committed[k]["rows"] for k in taken)
     return {"chunks": len(taken), "rows": rows, "by": by}
-
-
-def rows_by_shard(
-    job: Job, ckpt: Checkpoint, committed: dict[str, dict[str, Any]], damaged: dict[str, str]
-) -> tuple[list[ShardStatus], dict[str, int]]:
-    """By rows: each shard's rows committed and still to score, from the diff a run would make
-    (read only), and the diff's counts (`batchscore.output.diff.RowDiff.counts`). A shard's
-    chunks are the committed files whose records name it and the chunks its rows to score
-    would make; a committed file missing or damaged is named, as by shard, and its rows
-    counted as to score. Rows `where` drops are done (none is to score), never written."""
-    kinds = input_kinds(job.model.task, job.input, job.task)
-    todo = to_do(
-        job.input,
-        kinds=kinds,
-        chunk_rows=job.output.chunk_rows,
-        shards=find_shards(job.input),
-        ckpt=ckpt,
-        fingerprint="",  # a dry run checks no room for new files
-        forget=False,
-    )
-    failing = {f["shard"]: f["error"] for f in todo.failures}
-    records: dict[str, list[dict[str, Any]]] = {}
-    for record in committed.values():
-        records.setdefault(record["shard"]["path"], []).append(record)
-    found = []
-    for shard in todo.shards:
-        chunks = len([c for c in todo.chunks if c.shard.index == shard.index])
-        to_score = sum(c.picked for c in todo.chunks if c.shard.index == shard.index)
-        try:
-            rows = open_shard(shard).metadata.num_rows
-        except BatchscoreError:
-            rows = 0
-        own = records.pop(shard.path, [])
-        intact = len([r for r in own if r["chunk"] not in damaged])
-        status = shard_status(shard.path, own, damaged, rows=rows, chunks=intact + chunks)
-        if shard.index in todo.passing:  # read by the diff: its counts are the rows'
-            passing = todo.passing[shard.index]
-            status.rows_done, status.rows_written = rows - to_score, passing - to_score
-        if shard.path in failing:
-            status.problems.append(failing[shard.path])
-        if status.state == "pending":  # no missing or damaged file to say instead
-            status.state = rows_state(
-                failed=shard.path in failing,
-                to_score=to_score,
-                passing=todo.passing.get(shard.index),
-            )
-        found.append(status)
-    for path, own in sorted(records.items()):  # files of inputs renamed or gone since
-        status = shard_status(path, own, damaged, chunks=len(own))
-        if status.problems:  # their rows are matched by id; a damaged file is named
-            status.rows_done = status.rows_written = 0
-            found.append(status)
-    return found, todo.increments or {}
-
-
-def rows_state(*, failed: bool, to_score: int, passing: int | None) -> str:
-    """By rows, a shard's state when none of its committed files is missing or damaged."""
-    if failed:
-        return "failed"
-    if not to_score:
-        return "done"
-    return "pending" if to_score == passing else "partial"
 
 
 def judge(ckpt: Checkpoint, job: Job) -> tuple[str | None, str | None]:
@@ -247,38 +175,6 @@ def gone_shards(
     return found + [moved[path] for path in sorted(moved)]
 
 
-def shard_status(
-    path: str,
-    records: list[dict[str, Any]],
-    damaged: dict[str, str],
-    *,
-    rows: int = 0,
-    chunks: int = 0,
-    gone: bool = False,
-) -> ShardStatus:
-    """A shard's committed work; its state is "gone" (no longer input, output kept), or a
-    missing or damaged file's, or left for the caller to decide ("pending")."""
-    intact = [r for r in records if r["chunk"] not in damaged]
-    issues = [f"{r['file']}: {damaged[r['chunk']]}" for r in records if r["chunk"] in damaged]
-    state = "gone" if gone else "pending"
-    if issues and not gone:
-        state = "missing" if all(i.endswith(": missing") for i in issues) else "damaged"
-    done_rows = sum(r["stop"] - r["start"] for r in intact)
-    if gone:
-        rows, chunks = done_rows, records[0]["chunks"]
-    return ShardStatus(
-        path,
-        state,
-        len(intact),
-        chunks,
-        done_rows,
-        rows,
-        sum(r.get("bad_rows", 0) for r in intact),
-        sum(r["rows"] for r in intact),
-        issues,
-    )
-
-
 def last_report(ckpt: Checkpoint) -> dict[str, Any] | None:
     """The newest run report, or None before the first run."""
     return next(ckpt.reports(), None)
@@ -306,6 +202,8 @@ def check_complete(status: dict[str, Any], job: str) -> None:
     why = [f"{count} shard(s) {state}" for state, count in sorted(states.items())]
     if status["refused"]:
         why.append(f"a run would refuse the folder: {status['refused']}")
+    if status["stopped"]:
+        why.append(f"the next run stops before scoring: {status['stopped']}")
     if status["restarting"]:
         why.append("a --restart was cut off")
     if status["retiring"]:
@@ -352,6 +250,8 @@ def format_status(status: dict[str, Any]) -> str:
             f"table: another writer rewrote their files ({'; '.join(taken['by'])}), and their "
             "rows are the table's as it left them"
         )
+    if status["stopped"]:
+        lines.append(f"by rows: the next run stops before scoring: {status['stopped']}")
     if status["restarting"]:
         lines.append("a --restart was cut off: the next run finishes it, then scores every row")
     if status["retiring"]:

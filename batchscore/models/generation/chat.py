@@ -141,10 +141,6 @@ class Chat:
         rendered, refused = self.render(texts)
         kept = [i for i in range(len(texts)) if i not in refused]
         errors = {**errors, **{int(rows[i]): message for i, message in refused.items()}}
-        encodings = encoder.tokenizer.encode_batch(
-            [rendered[i] for i in kept], add_special_tokens=False
-        )
-        ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
-        truncated = sum(1 for e in encodings if e.overflowing)
+        ids, truncated = encoder.encode([rendered[i] for i in kept], add_special_tokens=False)
         tokens = Tokens(ids, np.arange(len(ids)), truncated)
         return tokens.encoded(rows[np.asarray(kept, dtype=np.int64)], errors)

@@ -16,6 +16,7 @@ import numpy as np
 from tokenizers import Tokenizer, normalizers
 
 from batchscore.errors import ModelError
+from batchscore.models.text.heads import Cutter
 from batchscore.models.text.template import Template, learn
 from batchscore.models.text.tokenizer import load_tokenizer, through_transformers
 from batchscore.models.text.windows import cut, overlap
@@ -110,6 +111,8 @@ class TextEncoder:
         self.tokenizer = Tokenizer.from_str(base.to_str())
         direction = "left" if truncate_left else "right"
         self.tokenizer.enable_truncation(self.max_length, direction=direction)
+        # a long text is cut first where that keeps the same tokens (`heads`)
+        self.cutter = Cutter.of(self.tokenizer, max_length=self.max_length, left=truncate_left)
         self.pad_id = loaded.pad_token_id if loaded.pad_token_id is not None else 0
         self.types = loaded.types  # whether the model reads token_type_ids
         self.trust_remote_code = trust_remote_code
@@ -124,9 +127,20 @@ class TextEncoder:
             self.loaded.hf = through_transformers(self.path, self.trust_remote_code).hf
         return self.loaded.hf
 
-    def encode(self, texts: list[str]) -> tuple[list[np.ndarray], int]:
-        """Token ids of every text and how many were truncated, in one tokenizer call."""
-        encodings = self.tokenizer.encode_batch(texts)  # parallel in Rust, GIL released
+    def encode(
+        self, texts: list[str], *, add_special_tokens: bool = True
+    ) -> tuple[list[np.ndarray], int]:
+        """Token ids of every text and how many were truncated, in one tokenizer call (two
+        when a long text, cut first, did not overflow the window: it is read whole then)."""
+        cut = texts if self.cutter is None else [self.cutter.cut(t) for t in texts]
+        # parallel in Rust, GIL released
+        encodings = self.tokenizer.encode_batch(cut, add_special_tokens=add_special_tokens)
+        short = [i for i, e in enumerate(encodings) if cut[i] is not texts[i] and not e.overflowing]
+        if short:
+            whole = [texts[i] for i in short]
+            again = self.tokenizer.encode_batch(whole, add_special_tokens=add_special_tokens)
+            for i, encoding in zip(short, again, strict=True):
+                encodings[i] = encoding
         ids = [np.asarray(e.ids, dtype=np.int64) for e in encodings]
         return ids, sum(1 for e in encodings if e.overflowing)
 
