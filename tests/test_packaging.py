@@ -280,6 +280,31 @@ def test_make_score_installs_the_extras_the_shipped_jobs_need():
     assert makefile_job_extras() == {extra for extra, jobs in needed.items() if jobs}, needed
 
 
+def test_make_score_builds_what_each_shipped_job_reads():
+    """`make score JOB=jobs/X.toml` builds the example data and model the job reads (the
+    Makefile's EXAMPLE_ entries; the sample corpus always): each path a shipped job reads under
+    data/ or models/ is one its example's rule writes."""
+    text = (ROOT / "Makefile").read_text()
+    example = dict(re.findall(r"^EXAMPLE_(\S+)\s*:=\s*\$\((\w+)\)$", text, re.M))
+    assert set(example) <= {f"jobs/{job.name}" for job in JOBS}, "an example for no shipped job"
+    for job in JOBS:
+        table = tomllib.loads(job.read_text())
+        paths = table["input"]["path"]
+        reads = [*([paths] if isinstance(paths, str) else paths), table["model"].get("path")]
+        local = [os.path.normpath(f"jobs/{p}") for p in reads if p and not urlsplit(p).scheme]
+        built = [p for p in local if p.startswith(("data/", "models/"))]
+        built = [p for p in built if not p.startswith("data/docs")]  # the corpus: always built
+        if not built:
+            continue
+        variable = example.get(f"jobs/{job.name}")
+        assert variable, f"make score JOB=jobs/{job.name} builds nothing it reads: {built}"
+        stamp = re.search(rf"^{variable}\s*:=\s*(\S+)$", text, re.M).group(1)
+        recipe = text.split(f"\n$({variable}):", 1)[1].split("\n\n", 1)[0]
+        for path in built:
+            assert any(path.startswith(w) for w in recipe.split() if "/" in w), (job.name, path)
+        assert stamp.rsplit("/", 1)[0] in recipe, (variable, stamp)
+
+
 def site_of(dists: Iterable[str], folder: Path) -> Path:
     """``folder`` made a site-packages holding ``dists`` alone: a link to each top-level file
     or folder of theirs (their modules, shared libraries and metadata), as their install wrote
