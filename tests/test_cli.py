@@ -102,26 +102,6 @@ def test_bad_job_file_exits_2(tmp_path: Path):
     assert result.exit_code == 2 and "job file not found" in result.stderr
 
 
-@pytest.fixture(scope="session")
-def examples(tmp_path_factory: pytest.TempPathFactory, small_corpus) -> Path:
-    """What `make setup` builds besides the corpus (data/tabular, models/), by the same scripts,
-    trained only briefly: validation needs the files, not good models."""
-    import classify_example
-    import generate_example
-    import images_example
-    import tabular_example
-
-    root = tmp_path_factory.mktemp("examples")
-    models = root / "models"
-    tabular_example.build(root / "data" / "tabular", models / "breast-cancer-mlp.safetensors",
-                          epochs=2)  # fmt: skip
-    classify_example.build(small_corpus, models / "docstring-kind", per_kind=4)
-    generate_example.build(small_corpus, models / "toy-gpt2", steps=1)
-    images_example.images(root / "data" / "images", rows=4)
-    images_example.tiny_clip(models / "tiny-clip")
-    return root
-
-
 @pytest.mark.parametrize("job", sorted((ROOT / "jobs").glob("*.toml")), ids=lambda p: p.name)
 def test_every_shipped_job_validates(job: Path, tmp_path: Path, small_corpus, examples: Path):
     """Each job in jobs/ validates against the sample data laid out as the repo lays it out."""

@@ -2,8 +2,9 @@
 
 The page must load with no console errors, draw every chart, and fetch nothing. A screenshot of
 it is taken every run; with ``UPDATE_SCREENSHOT=1`` it replaces docs/report.png (the README shows
-it), so a test run leaves the tracked picture alone. `make setup` installs Chromium and its
-driver; elsewhere the test is skipped, but under CI (``CI`` set) their absence fails it.
+it), so a test run leaves the tracked picture alone. `make test` installs Chromium and its
+driver (as root, or through sudo); without them the test is skipped, but under CI (``CI`` set)
+their absence fails it.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ SCREENSHOT = ROOT / "docs" / "report.png"  # replaced only with UPDATE_SCREENSHO
 
 def missing(why: str) -> None:
     if os.environ.get("CI"):
-        pytest.fail(f"{why}; `make setup` installs it")
-    pytest.skip(f"{why}; `make setup` installs it")
+        pytest.fail(f"{why}; `make test` installs it")
+    pytest.skip(f"{why}; `make test` installs it")
 
 
 @pytest.fixture(scope="module")
