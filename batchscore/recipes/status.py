@@ -20,6 +20,7 @@ from batchscore.measure.settle import proven_decision
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
 from batchscore.models.tasks import input_kinds
+from batchscore.observe.report import speeds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
 from batchscore.output.diff import rows_line
@@ -332,6 +333,6 @@ def format_status(status: dict[str, Any]) -> str:
     if last:
         lines.append(
             f"last run: {last['rows']:,} rows in {last['wall_s']:.1f} s "
-            f"({last['rows_per_s']:,.1f} rows/s, {last['tokens_per_s']:,.0f} tokens/s)"
+            f"({last['rows_per_s']:,.1f} rows/s, {speeds(last)})"
         )
     return "\n".join(lines)
