@@ -12,7 +12,9 @@ are written (about 60 ms), never by ``import batchscore``.
 Written at the end of every run, whatever its outcome. The last success time comes from the
 output's run reports, so it survives failed runs, lost metrics files and new hosts; a job that
 has never succeeded says 0, so alerting on ``time() -
-batchscore_last_success_timestamp_seconds`` fires for it too.
+batchscore_last_success_timestamp_seconds`` fires for it too. A run whose job file does not
+load knows no output folder: it keeps the job label and last success time the file held
+(`earlier_file`), so the series goes on and only its last run turns to a failure.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscore.errors import write_error
-from batchscore.files import replace_durably
+from batchscore.files import Refused, read_shared, replace_durably
 
 # name -> (help, the report key it reads); every one is a gauge labelled with the job's name
 METRICS = {
@@ -92,13 +94,41 @@ def render(report: dict[str, Any], success_at: float | None) -> str:
     return generate_latest(registry).decode("utf-8")
 
 
-def write_metrics(path: Path, report: dict[str, Any], earlier: Iterable[dict[str, Any]]) -> None:
+def earlier_file(path: Path) -> tuple[str | None, float | None]:
+    """The job label and last success time an earlier metrics file at ``path`` holds (None
+    for what it does not: no file, another kind of file, or no such series). The file sits in
+    a shared folder: it is read without following a link, only a regular file, to a cap."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = read_shared(path, FILE_CAP)
+        families = list(text_string_to_metric_families((text or b"").decode("utf-8")))
+    except (OSError, Refused, ValueError):  # unreadable, a link, not ours: start afresh
+        return None, None
+    samples = [s for family in families for s in family.samples if s.name in HELP]
+    job = next((s.labels["job"] for s in samples if "job" in s.labels), None)
+    last = [s.value for s in samples if s.name == "batchscore_last_success_timestamp_seconds"]
+    return job, (float(last[0]) or None) if last else None
+
+
+FILE_CAP = 1 << 20  # an earlier metrics file is a few KiB; more is not one of ours
+
+
+def write_metrics(
+    path: Path,
+    report: dict[str, Any],
+    earlier: Iterable[dict[str, Any]],
+    *,
+    success_at: float | None = None,
+) -> None:
     """Write the run's metrics to ``path`` atomically; a failure is a `WriteError`.
 
     ``earlier``: the output's run reports, newest first (read only when this run failed, for
-    the last success time).
+    the last success time); ``success_at``: that time where no report is at hand (a job file
+    that does not load), kept from the earlier metrics file.
     """
-    success_at = finished_at(report) if report.get("outcome") == "ok" else None
+    if report.get("outcome") == "ok":
+        success_at = finished_at(report)
     if success_at is None:
         with contextlib.suppress(OSError, ValueError):
             success_at = last_success(earlier)

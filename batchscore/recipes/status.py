@@ -5,8 +5,14 @@ does, to judge the folder against the job's settings). Each committed data file 
 against its record (size and Parquet footer, never its data), so a missing or damaged file shows
 here; a shard that left the input is listed as gone, with where its output is kept. The output
 is complete when every shard is done with this job's settings, nothing is damaged, the data
-files hold the current input only, and their footers agree on one precision and one int8 scale
-(the check `run` makes of `settled.json`, `batchscore.measure.settle.proven_decision`).
+files hold the current input only, their footers agree on one precision and one int8 scale
+(the check `run` makes of `settled.json`, `batchscore.measure.settle.proven_decision`), and the
+job's rows with an error are within `[output].max_bad_share` (the gate a run ends with).
+
+Status gives the folder the verdict a run would: where a run would refuse the folder (other
+settings, exit 5; a job record nothing proves, exit 10) or stop at the model (exit 4), status
+says so, then exits with that status, `--check` too (`check_judged`); a folder it can judge
+that is not complete is `--check`'s exit 13 (`check_complete`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from batchscore.errors import BatchscoreError, BookkeepingError, IncompleteError, ModelError
+from batchscore.errors import (
+    BatchscoreError,
+    BookkeepingError,
+    IncompleteError,
+    ModelError,
+    OutputConflictError,
+)
 from batchscore.job.sections import Job
 from batchscore.measure.settle import proven_decision
 from batchscore.models.fingerprint import identity
@@ -22,11 +34,13 @@ from batchscore.models.source.locate import locate
 from batchscore.models.tasks import input_kinds
 from batchscore.observe.report import speeds
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.claim import refusal
+from batchscore.output.claim import refusal_error
 from batchscore.output.diff import rows_line
 from batchscore.output.manifest import problems
+from batchscore.output.pending import Pending
 from batchscore.output.retire import MOVING, retirements
 from batchscore.output.todo import to_do
+from batchscore.output.verdict import bad_share_error
 from batchscore.storage.layout import GONE, shard_of
 from batchscore.work.shards import find_shards, open_shard
 from batchscore.work.units import chunks_of
@@ -56,10 +70,17 @@ def job_status(job: Job) -> dict[str, Any]:
     damaged = problems(ckpt.store, committed)
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
+    # first what a run would refuse the folder for: a folder another job's settings made is
+    # never diffed as this job's (by rows, its files lack the row hashes the diff reads)
+    refusing, model_error = judge(ckpt, job)
+    by_rows = job.input.by_rows and refusing is None
     shards, live, increments = [], set(), None
-    if job.input.by_rows:  # by rows, shards are not the unit: the diff says what is to do
-        shards, increments = rows_by_shard(job, ckpt, committed, damaged)
-    for shard in [] if job.input.by_rows else find_shards(job.input):
+    bad_by_shard: dict[str, int] = {}
+    total = 0  # the job's input rows: the bad-row gate's base, as the run counts it
+    if by_rows:  # by rows, shards are not the unit: the diff says what is to do
+        shards, todo = rows_by_shard(job, ckpt, committed, damaged)
+        increments, bad_by_shard, total = todo.increments or {}, todo.bad_by_shard, todo.total_rows
+    for shard in [] if by_rows else find_shards(job.input):
         live.add(shard.key)
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
         try:
@@ -69,6 +90,8 @@ def job_status(job: Job) -> dict[str, Any]:
             rows, chunks = 0, 0
         status = shard_status(shard.path, records, damaged, rows=rows, chunks=chunks)
         valid = [r for r in records if r["shard"] == shard.identity and r["chunk"] not in damaged]
+        bad_by_shard[shard.path] = sum(r.get("bad_rows", 0) for r in valid)
+        total += rows
         if not status.problems:  # a missing or damaged file says so, whatever else holds
             if len(valid) < len(records):
                 status.state = "changed"
@@ -80,9 +103,10 @@ def job_status(job: Job) -> dict[str, Any]:
                 status.state = "partial" if valid else "pending"
         shards.append(status)
     paths = {s.shard for s in shards}  # a gone shard's path may be input again, new
-    gone = [] if job.input.by_rows else gone_shards(ckpt, committed, damaged, live=paths, keys=live)
+    gone = [] if by_rows else gone_shards(ckpt, committed, damaged, live=paths, keys=live)
     current = [s for s in shards if s.state != "gone"]
-    refused, model_error = judge(ckpt, job)
+    refused = None if refusing is None else str(refusing)
+    refused_exit = None if refusing is None else refusing.exit_code
     retiring = any(plan["state"] == MOVING for _, plan in retirements(ckpt))
     intact = [r["file"] for key, r in committed.items() if key not in damaged]
     settled = ""
@@ -90,7 +114,12 @@ def job_status(job: Job) -> dict[str, Any]:
         try:  # what `run` keeps to: the footers' decision, or a refusal when they disagree
             settled = proven_decision(ckpt, job, intact)[1]
         except BookkeepingError as exc:
-            refused = str(exc)
+            refused, refused_exit = str(exc), exc.exit_code
+    too_many = None
+    if refused is None and model_error is None:
+        limit = job.output.max_bad_share
+        over = bad_share_error(bad_by_shard, total=total, limit=limit, ckpt=ckpt)
+        too_many = None if over is None else str(over)
     return {
         "job": job.name,
         "output": job.output.path,
@@ -104,13 +133,16 @@ def job_status(job: Job) -> dict[str, Any]:
         and not any(s.kept is None for s in gone)
         and refused is None
         and model_error is None
+        and too_many is None
         and not restarting
         and not retiring
         and not (increments and increments["to_retire"]),
         "where": job.input.where,  # what dropped rows_done - rows_written rows
         "increments": increments,  # by rows: the diff's counts (rows to score, to retire)
         "refused": refused,
+        "refused_exit": refused_exit,  # the exit status a run refuses the folder with
         "model_error": model_error,
+        "bad_rows_over": too_many,  # the job's bad rows over [output].max_bad_share: run fails
         "settled": settled or None,  # the record the footers disprove: the next run rewrites it
         "restarting": restarting,
         "retiring": retiring,  # a move to gone/ was cut off: the next start finishes it
@@ -121,9 +153,10 @@ def job_status(job: Job) -> dict[str, Any]:
 
 def rows_by_shard(
     job: Job, ckpt: Checkpoint, committed: dict[str, dict[str, Any]], damaged: dict[str, str]
-) -> tuple[list[ShardStatus], dict[str, int]]:
+) -> tuple[list[ShardStatus], Pending]:
     """By rows: each shard's rows committed and still to score, from the diff a run would make
-    (read only), and the diff's counts (`batchscore.output.diff.RowDiff.counts`). A shard's
+    (read only), and that dry run's plan (its counts, `batchscore.output.diff.RowDiff.counts`,
+    and the bad-row gate's numbers). A shard's
     chunks are the committed files whose records name it and the chunks its rows to score
     would make; a committed file missing or damaged is named, as by shard, and its rows
     counted as to score. Rows `where` drops are done (none is to score), never written."""
@@ -169,7 +202,7 @@ def rows_by_shard(
         if status.problems:  # their rows are matched by id; a damaged file is named
             status.rows_done = status.rows_written = 0
             found.append(status)
-    return found, todo.increments or {}
+    return found, todo
 
 
 def rows_state(*, failed: bool, to_score: int, passing: int | None) -> str:
@@ -181,12 +214,12 @@ def rows_state(*, failed: bool, to_score: int, passing: int | None) -> str:
     return "pending" if to_score == passing else "partial"
 
 
-def judge(ckpt: Checkpoint, job: Job) -> tuple[str | None, str | None]:
-    """Why a run of this job, with these settings, would refuse the folder (None: it would
-    not): the check `run` makes at its start, by the same fingerprint; and, instead, why the
-    model cannot be judged (a file of it missing or unreadable: the run's exit 4)."""
+def judge(ckpt: Checkpoint, job: Job) -> tuple[BatchscoreError | None, str | None]:
+    """The error a run of this job, with these settings, would refuse the folder with (None:
+    it would not): the check `run` makes at its start, by the same fingerprint; and, instead,
+    why the model cannot be judged (a file of it missing or unreadable: the run's exit 4)."""
     try:
-        return refusal(ckpt, identity(job, locate(job.model))), None
+        return refusal_error(ckpt, identity(job, locate(job.model))), None
     except ModelError as exc:
         return None, str(exc)
 
@@ -265,21 +298,47 @@ def headline(status: dict[str, Any]) -> str:
     )
 
 
-def check_complete(status: dict[str, Any], job: str) -> None:
-    """Raise `IncompleteError` naming what keeps the output from being complete, if anything;
-    `ModelError` when a file of the model is missing or unreadable, as a run would."""
-    if status["complete"]:
-        return
+# the errors a run refuses a folder with, by their exit status (`refused_exit`)
+REFUSALS: dict[int, type[BatchscoreError]] = {
+    OutputConflictError.exit_code: OutputConflictError,
+    BookkeepingError.exit_code: BookkeepingError,
+}
+
+
+def check_judged(status: dict[str, Any], job: str) -> None:
+    """Raise what a run of the job would stop at before scoring anything, where status found
+    it: the model's error (exit 4), or the folder refused (exit 5: other settings or another
+    job's output; exit 10: a job record nothing proves), with the run's own message. Status
+    and `status --check` then exit as `run` does."""
     if status["model_error"]:  # what a run would stop at first: the model's error, exit 4
         problem = status["model_error"]
         raise ModelError(f"{job}: cannot judge the output against the model: {problem}")
+    if status["refused"]:
+        raise REFUSALS.get(status["refused_exit"], OutputConflictError)(status["refused"])
+
+
+def verdict(status: dict[str, Any], job: str, *, check: bool) -> None:
+    """The status command's exit: as a run's where a run would stop before scoring anything
+    (`check_judged`), and with ``check`` 13 unless the output is complete (`check_complete`)."""
+    if check:
+        check_complete(status, job)
+    else:
+        check_judged(status, job)
+
+
+def check_complete(status: dict[str, Any], job: str) -> None:
+    """Raise `IncompleteError` naming what keeps the output from being complete, if anything;
+    first what a run would stop at (`check_judged`), with the run's exit status."""
+    if status["complete"]:
+        return
+    check_judged(status, job)
     states: dict[str, int] = {}
     for shard in status["shards"]:
         if shard["state"] != "done" and not (shard["state"] == "gone" and shard["kept"]):
             states[shard["state"]] = states.get(shard["state"], 0) + 1
     why = [f"{count} shard(s) {state}" for state, count in sorted(states.items())]
-    if status["refused"]:
-        why.append(f"a run would refuse the folder: {status['refused']}")
+    if status["bad_rows_over"]:
+        why.append(f"a run fails the bad-row gate: {status['bad_rows_over']}")
     if status["restarting"]:
         why.append("a --restart was cut off")
     if status["retiring"]:
@@ -325,6 +384,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"a move to {GONE}/ was cut off: the next run finishes it")
     if status["refused"]:
         lines.append(f"not complete for this job: {status['refused']}")
+    if status["bad_rows_over"]:
+        lines.append(f"not complete: a run fails the bad-row gate: {status['bad_rows_over']}")
     if status["model_error"]:
         lines.append(f"cannot judge the output against the model: {status['model_error']}")
     if status["settled"]:
