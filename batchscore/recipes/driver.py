@@ -37,7 +37,7 @@ from batchscore.measure.gate import Trial
 from batchscore.measure.settle import learn, recorded_decision, settle
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
-from batchscore.models.tasks import check_outputs, input_kinds
+from batchscore.models.tasks import check_outputs, footer_metadata, input_kinds
 from batchscore.observe.logs import run_context
 from batchscore.observe.progress import Progress, stage
 from batchscore.observe.report import RunStats
@@ -132,7 +132,15 @@ def steps(job: Job, run: Run, *, restart: bool, progress: str, cache: DecisionCa
         with opened(settled.job, run.stats) as engine:
             task = load(engine, settled, todo, run, model_path=model_path)
             run.failures += score(
-                engine, settled, todo, run, task=task, who=who, progress=progress, cache=cache
+                engine,
+                settled,
+                todo,
+                run,
+                task=task,
+                who=who,
+                model_path=model_path,
+                progress=progress,
+                cache=cache,
             )
     finish(job, run.ckpt, todo, run.failures)
 
@@ -302,14 +310,17 @@ def score(
     *,
     task: Any,
     who: Identity,
+    model_path: Path,
     progress: str,
     cache: DecisionCache | None,
 ) -> list[dict[str, str]]:
     """Stream every pending chunk through the engine and the committer (whose first commit
     writes ``who``'s job record); return the shards that failed on the way. A run at a faster
-    precision keeps its measured speed in ``cache`` (`measure.settle.learn`)."""
+    precision keeps its measured speed in ``cache`` (`measure.settle.learn`). Every data
+    file's footer says what the task says of its output (a classifier's label names)."""
     job, stats = settled.job, run.stats
     claim = who.record()
+    described = footer_metadata(model_path, model=job.model, options=job.task)
     committer = Committer(
         job.output,
         run.ckpt,
@@ -319,7 +330,7 @@ def score(
         stats=stats,
         claim=claim,
         decision=settled.standing,
-        metadata=file_metadata(job, claim, engine.precision),
+        metadata=file_metadata(job, claim, engine.precision, described),
         todo=todo,
         on_commit=shard_events(todo, stats),
     )
