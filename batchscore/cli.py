@@ -138,13 +138,14 @@ def run(
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
         from batchscore.observe.report import key_figures, summary
         from batchscore.recipes.driver import run_job
+        from batchscore.recipes.stopped import job_or_stopped
 
     quiet = settings().quiet
     progress = chosen_progress(progress)
     if engine is not None:
         overrides = (*overrides, f'engine="{engine}"')
-    loaded = load(job, overrides)
     metrics = Path(metrics_file) if metrics_file else None
+    loaded = job_or_stopped(job, list(overrides), metrics)  # one that does not load: metrics too
     try:
         with stopping_on_signals():
             report = run_job(
@@ -295,8 +296,9 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool, check: bool) -> 
     """Show what is done, pending and failed for JOB, from its checkpoints alone.
 
     With --check it exits 13 unless the output is complete for JOB with its settings as
-    given: every shard done, nothing damaged or refused, no removed shard's output left in
-    the data files.
+    given: every shard done, nothing damaged, no removed shard's output left in the data
+    files, the bad rows within [output].max_bad_share. Where a run would refuse the folder
+    (5) or stop at the model (4), status exits as the run would, with or without --check.
 
     \b
     Example:
@@ -304,7 +306,7 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool, check: bool) -> 
         batchscore status jobs/summarize.toml --json
         batchscore status jobs/summarize.toml --check && echo complete
     """
-    from batchscore.recipes.status import check_complete, format_status, headline, job_status
+    from batchscore.recipes.status import format_status, headline, job_status, verdict
 
     result = job_status(load(job, overrides))
     if as_json:
@@ -312,8 +314,7 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool, check: bool) -> 
     else:
         text = format_status(result)
         say(text, event="status", message=headline(result), product=True, status=result)
-    if check:
-        check_complete(result, job)
+    verdict(result, job, check=check)  # as a run's, where a run would stop at once
 
 
 @main.command()

@@ -218,7 +218,7 @@ def choose_auto(
         candidate.agreement = judge(reference, candidate, job.quality)
         tried[name] = candidate
         lines.append(candidate.describe())
-        log.info("quality gate: %s", lines[-1])
+        log.info("quality gate: %s", lines[-1], extra=DETAIL)
         won = candidate.agreement.passed and candidate.tokens_per_s > best.tokens_per_s
         ledger = ledger.after(
             won=won,

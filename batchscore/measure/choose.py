@@ -24,6 +24,7 @@ from batchscore.precision.table import available, precision
 from batchscore.runtime.device import resolve_device
 
 log = logging.getLogger("batchscore")
+DETAIL = {"detail": True}  # each trial: the run's precision line says the outcome (-v: these)
 
 
 @dataclass
@@ -67,12 +68,12 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
             if not auto:  # promise, or found no Linear layer to quantize: "auto" moves on
                 raise
             measured.append(f"{name}: cannot run here ({exc})")
-            log.info("quality gate: %s", measured[-1])
+            log.info("quality gate: %s", measured[-1], extra=DETAIL)
             continue
         candidate.agreement = judge(reference, candidate, job.quality)
         tried[name] = candidate
         measured.append(candidate.describe())
-        log.info("quality gate: %s", candidate.describe())
+        log.info("quality gate: %s", candidate.describe(), extra=DETAIL)
         if not auto or (candidate.agreement.passed and candidate.rows_per_s > best.rows_per_s):
             if best is not reference:
                 best.unload()

@@ -118,7 +118,7 @@ def trial(
         calibrate_s=executor.calibrate_s,
         cold_s=cold,
         runtime=executor.runtime,
-        known=Known.of(encoded, results) if cut else None,
+        known=Known.of(encoded, results, cut) if cut else None,
         tokens_per_s=sum(sizes) / max(seconds, 1e-9) if timed else warm_speed(sizes, spent),
         tokens_per_row=sum(sizes) / max(rows, 1),
     )

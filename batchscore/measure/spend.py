@@ -101,6 +101,8 @@ class Weighed:
     cost_s: float  # of trying it
     measuring_s: float  # measuring at the end, in the worse of its two outcomes
     budget_s: float  # what measuring may take (see `Ledger.budget_s`)
+    against: float = 1.0  # the best so far, over fp32: what it would have to beat
+    others: bool = True  # the job has rows beyond the gate's sample, for it to save time on
 
     @property
     def pays(self) -> bool:
@@ -119,13 +121,20 @@ class Weighed:
         return self.saving_s - self.cost_s
 
     def describe(self) -> str:
-        """Why it was not tried, for the decision record."""
+        """Why it was not tried, for the decision record: never a negative saving (a
+        candidate no faster than the best so far saves nothing; it costs time)."""
         p = self.prospect
         basis = "the device's guess" if p.guessed else "measured here before"
         head = f"{p.name}: not tried (at {p.speedup:.2f}x fp32, {basis}"
+        if p.speedup <= self.against:
+            best = "fp32" if self.against == 1.0 else f"the {self.against:.2f}x fp32 chosen"
+            return f"{head}, it is no faster than {best})"
+        if not self.others:
+            return f"{head}, this job has no rows beyond the quality gate's sample to save on)"
         if not self.pays:
+            saving = f"~{self.saving_s:.1f} s" if self.saving_s >= 0.05 else "under 0.1 s"
             return (
-                f"{head}, it would save ~{self.saving_s:.1f} s on this job's other rows; "
+                f"{head}, it would save {saving} on this job's other rows; "
                 f"trying it costs ~{self.cost_s:.1f} s)"
             )
         return (
@@ -143,7 +152,15 @@ def weigh(prospect: Prospect, ledger: Ledger) -> Weighed:
     saving = left / ledger.speed(ledger.best_speedup) - left / ledger.speed(prospect.speedup)
     win = ledger.sunk_s + ledger.own_s + prospect.calibrate_max_s
     lose = ledger.sunk_s + ledger.cost_s(prospect, worst=True)
-    return Weighed(prospect, saving, ledger.cost_s(prospect), max(win, lose), ledger.budget_s)
+    return Weighed(
+        prospect,
+        saving,
+        ledger.cost_s(prospect),
+        max(win, lose),
+        ledger.budget_s,
+        against=ledger.best_speedup,
+        others=ledger.left_tokens > 0,
+    )
 
 
 def next_to_try(prospects: list[Prospect], ledger: Ledger) -> tuple[Weighed | None, list[Weighed]]:

@@ -129,6 +129,14 @@ class Adapter:
         """Whether its outputs are generated text (tokens, not numbers to compare)."""
         return False
 
+    @classmethod
+    def footer_metadata(cls, path: Path, options: Any) -> dict[str, str]:
+        """What every data file's footer says of the task's output, beside the job's facts
+        (`batchscore.output.contents.file_metadata`): the names of a vector's positions where
+        the model names them, so the output reads without the model. From the model's files,
+        no weights loaded; {} for a task whose positions have no names."""
+        return {}
+
 
 # the usage columns' types: what the model read per row, and what a generative one wrote
 USAGE = {"prompt_tokens": pa.int32(), "generated_tokens": pa.int32()}

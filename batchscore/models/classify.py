@@ -15,6 +15,7 @@ part; a mean would let a long passage's other windows drown the one that answers
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from batchscore.models.stack.stack import read_json
 from batchscore.models.text.inputs import pair_rows, text_rows
 from batchscore.models.text.text import TextEncoder
 from batchscore.models.text.windows import mean_by_owner
+from batchscore.output.contents import LABELS
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 
@@ -56,6 +58,13 @@ def outputs(config: dict[str, Any]) -> int:
     if config.get("id2label"):
         return len(config["id2label"])
     return int(config.get("num_labels") or 2)
+
+
+def label_names(config: dict[str, Any]) -> list[str]:
+    """A classifier's label names in logit (and `scores`) order, from its ``config.json`` as
+    transformers reads it: ``id2label`` by id, else ``LABEL_0``, ``LABEL_1``, ..."""
+    named = {int(k): str(v) for k, v in (config.get("id2label") or {}).items()}
+    return [named.get(i, f"LABEL_{i}") for i in range(outputs(config))]
 
 
 def check_head(
@@ -213,6 +222,16 @@ class ClassifyTask(Adapter):
         check_head(path, logits, config.get("problem_type"), options, None)
         if logits == 1 and options.activation == "auto":
             folder.activation()  # an activation batchscore does not implement: refused now
+
+    @classmethod
+    def footer_metadata(cls, path: Path, options: object) -> dict[str, str]:
+        """A classifier's label names, in the order of its `scores` (`batchscore.labels`, a
+        JSON list): the `scores` vector reads without the model's config. A reranker's one
+        `score` has no names."""
+        config = read_json(read_cross_encoder(path).encoder / "config.json")
+        if outputs(config) == 1:
+            return {}
+        return {LABELS: json.dumps(label_names(config), ensure_ascii=False)}
 
     @classmethod
     def fingerprint_parts(cls, model: ModelConfig, path: Path, options: object) -> dict[str, Any]:

@@ -100,6 +100,12 @@ def adapter(path: Path, *, model: ModelConfig, options: Any) -> type:
     return TASKS[model.task]
 
 
+def footer_metadata(path: Path, *, model: ModelConfig, options: Any) -> dict[str, str]:
+    """What the job's task writes of itself into every data file's footer (a classifier's
+    label names, in score order), read from the model's files without loading its weights."""
+    return adapter(path, model=model, options=options).footer_metadata(path, options)
+
+
 def encoding(path: Path, *, model: ModelConfig, options: Any, inp: InputConfig) -> Encoding:
     """The job's task encoding alone: the tokenizer, config and stack read from ``path``, no
     weights loaded (what `batchscore plan` counts with). The adapter `load_task` builds runs

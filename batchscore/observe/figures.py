@@ -20,6 +20,8 @@ KEY_FIGURES = (
     "padding_efficiency",
     "rows_per_s",
     "tokens_per_s",
+    "generated_tokens",
+    "generated_tokens_per_s",
     "wall_s",
     "load_s",
     "tuning_s",
@@ -168,4 +170,10 @@ def page_numbers(report: dict[str, Any], status: dict[str, Any]) -> dict[str, An
         "phases": phases(report),
         "shards": shards(report, status),
         "failures": report.get("failed_shards", []),
+        # what the run's report does not hold at all (a report from before it was recorded),
+        # as against what it holds empty: the page says which
+        "unrecorded": [key for key in RECORDED if key not in report],
     }
+
+
+RECORDED = ("shape", "timeline", "phases")  # the run report's keys the charts are drawn from

@@ -258,18 +258,34 @@ CHARTS = (
 )  # fmt: skip
 
 
+# each chart's numbers: the run report's key they come from, and why they can be empty
+SOURCES = {"phases": "phases", "histogram": "shape", "timeline": "timeline", "buckets": "shape"}
+EMPTY = {
+    "phases": "This run recorded no time by phase.",
+    "histogram": "This run scored no rows.",
+    "timeline": "This run scored for too short a time to draw over time.",
+    "buckets": "This run ran no batches.",
+    "shards": "No shard to show.",
+}
+
+
 def chart(key: str, title: str, data: str, draw: Any, caption: str, numbers: dict) -> str:
     recorded = numbers[data].get("counts") if isinstance(numbers[data], dict) else numbers[data]
-    body = (
-        svg(draw(numbers), salt=f"batchscore-{key}")
-        if recorded
-        else "<p>Not recorded by this run (its batchscore predates the report page, or it "
-        "scored nothing).</p>"
-    )
+    body = svg(draw(numbers), salt=f"batchscore-{key}") if recorded else unrecorded(data, numbers)
     return (
         f'<figure class="chart" id="{key}"><h2>{html.escape(title)}</h2>{body}'
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
     )
+
+
+def unrecorded(data: str, numbers: dict[str, Any]) -> str:
+    """Why a chart has nothing to draw, as the run's report tells it: a report written before
+    it recorded these numbers (by its batchscore version), or a run that had none of them."""
+    if SOURCES.get(data) in numbers.get("unrecorded", ()):
+        version = numbers["figures"].get("version", "an earlier version")
+        said = f"Not recorded by this run: its report, by batchscore {version}, has no "
+        return f"<p>{html.escape(said + SOURCES[data])} numbers.</p>"
+    return f"<p>{html.escape(EMPTY[data])}</p>"
 
 
 def spent(numbers: dict[str, Any], phase: str, older: str) -> float:
@@ -285,7 +301,15 @@ def figure_cards(numbers: dict[str, Any]) -> str:
         (f"{f.get('rows', 0):,}", "rows scored"),
         (f"{f.get('wall_s', 0):,.1f} s", "wall time"),
         (f"{f.get('rows_per_s', 0):,.1f}", "rows/s"),
-        (f"{f.get('tokens_per_s', 0):,.0f}", "tokens/s"),
+        *(
+            [(f"{f.get('generated_tokens_per_s', 0):,.0f}", "generated tokens/s")]
+            if f.get("generated_tokens")
+            else []
+        ),
+        (
+            f"{f.get('tokens_per_s', 0):,.0f}",
+            "prompt tokens/s" if f.get("generated_tokens") else "tokens/s",
+        ),
         (f"{f.get('tokens', 0):,}", "real tokens"),
         (f"{f.get('padding_efficiency', 1):.3f}", "padding efficiency"),
         (f"{100 * f.get('model_busy_share', 0):.1f}%", "model busy"),

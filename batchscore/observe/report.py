@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+
 from batchscore.observe.phases import describe, split
 from batchscore.observe.shape import Shape
 
@@ -37,10 +39,13 @@ class RunStats:
     chunks_already_done: int = 0
     rows_retired: int = 0  # by rows: committed rows this run retired (edited, or gone)
     rows_already_done: int = 0
-    load_s: float = 0.0
-    tuning_s: float = 0.0  # settling what the job left to measurement, adopted work included
+    load_s: float = 0.0  # the model's load, the quality gate's where the run adopted it
+    tuning_s: float = 0.0  # settling what the job left to measurement, beyond the run's own work
     phases: dict[str, float] = field(default_factory=dict)  # seconds by phase (`observe.phases`)
-    model_busy_s: float = 0.0  # summed over model replicas
+    model_busy_s: float = 0.0  # summed over model replicas, the adopted gate pass's included
+    # of the counts above, the quality gate's pass the run adopted (`adopt`)
+    gate_padded_tokens: int = 0
+    gate_busy_s: float = 0.0
     replicas: int = 1  # models that ran side by side (Ray actors)
     actors_replaced: int = 0
     retries: int = 0  # transient I/O errors retried (and overcome, unless the run failed)
@@ -60,6 +65,23 @@ class RunStats:
         entry["rows"] += rows
         entry["bad_rows"] += bad_rows
         entry["filtered"] += filtered
+
+    def adopt(self, lengths: np.ndarray, batches: list[np.ndarray], *, busy_s: float) -> None:
+        """Count the quality gate's pass as batches of the run: the run adopted the gate's
+        model and takes its results (`batchscore.pipeline.known`), so its units are never
+        batched again, and without this a job whose rows the gate scored would say 0 padded
+        tokens in 0 batches and a model idle. ``lengths``: the pass's units' token lengths
+        (its windows count the units themselves); ``batches``: unit indices per batch;
+        ``busy_s``: the model's time on them."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        ran = [b for b in batches if len(b)]
+        padded = sum(len(b) * int(lengths[b].max()) for b in ran)
+        self.computed_tokens += sum(int(lengths[b].sum()) for b in ran)
+        self.padded_tokens += padded
+        self.batches += len(ran)
+        self.gate_padded_tokens += padded
+        self.gate_busy_s += busy_s
+        self.shape.add_batches(lengths, ran)
 
     def used(self, rows: Any, names: tuple[str, ...]) -> None:
         """Count the task's usage columns ``names`` (`prompt_tokens`, `generated_tokens`) of
@@ -84,7 +106,10 @@ class RunStats:
             if self.padded_tokens
             else 1.0,
             "rows_per_s": round(self.rows / wall, 2),
+            # the real tokens the model read (a generating task's prompts), and those it wrote:
+            # generation is compared by the second
             "tokens_per_s": round(self.tokens / wall, 1),
+            "generated_tokens_per_s": round(self.generated_tokens / wall, 1),
             # per replica, so it stays a share of 0-1 however many models ran
             "model_busy_share": round(self.model_busy_s / (wall * max(self.replicas, 1)), 4),
             "total_tokens": self.prompt_tokens + self.generated_tokens,
@@ -103,7 +128,7 @@ class RunReport:
     tokens: int  # real (unpadded) tokens
     padding_efficiency: float  # real / padded tokens, 0-1
     rows_per_s: float
-    tokens_per_s: float
+    tokens_per_s: float  # real tokens read per second (a generating task's prompt tokens)
     wall_s: float
     precision: str
     device: str
@@ -114,6 +139,7 @@ class RunReport:
     # usage: tokens the model read and wrote for this run's rows ([output].usage, generation)
     prompt_tokens: int
     generated_tokens: int
+    generated_tokens_per_s: float  # tokens written per second (generation: the figure compared)
     data: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
@@ -136,6 +162,7 @@ class RunReport:
             bad_rows=int(report.get("bad_rows", 0)),
             prompt_tokens=int(report.get("prompt_tokens", 0)),
             generated_tokens=int(report.get("generated_tokens", 0)),
+            generated_tokens_per_s=float(report.get("generated_tokens_per_s", 0.0)),
             data=report,
         )
 
@@ -153,6 +180,7 @@ KEY_FIGURES = (
     "padding_efficiency",
     "rows_per_s",
     "tokens_per_s",
+    "generated_tokens_per_s",
     "wall_s",
     "precision",
     "device",
@@ -189,8 +217,20 @@ def headline(report: dict[str, Any]) -> str:
         )
     return (
         f"{report['job']}: {report['rows']:,} rows scored in {report['wall_s']:.1f} s "
-        f"({report['rows_per_s']:,.1f} rows/s, {report['tokens_per_s']:,.0f} tokens/s)"
+        f"({report['rows_per_s']:,.1f} rows/s, {speeds(report)})"
     )
+
+
+def speeds(report: dict[str, Any]) -> str:
+    """Tokens per second as people compare them: a generating run's generated tokens (its
+    prompts' beside them, named), any other run's real tokens. A report from before generated
+    tokens/s was kept has it derived."""
+    if not report.get("generated_tokens"):
+        return f"{report.get('tokens_per_s', 0):,.0f} tokens/s"
+    wrote = report.get("generated_tokens_per_s")
+    if wrote is None:
+        wrote = report["generated_tokens"] / max(report.get("wall_s", 0), 1e-9)
+    return f"{wrote:,.0f} generated tokens/s, {report.get('tokens_per_s', 0):,.0f} prompt tokens/s"
 
 
 def summary(report: dict[str, Any]) -> str:

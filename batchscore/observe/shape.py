@@ -27,6 +27,12 @@ class Shape:
         values, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
         for value, count in zip(values.tolist(), counts.tolist(), strict=True):
             self.lengths[value] = self.lengths.get(value, 0) + count
+        self.add_batches(lengths, batches)
+
+    def add_batches(self, lengths: np.ndarray, batches: list[np.ndarray]) -> None:
+        """Count batches alone, over units whose lengths a window counted (the quality gate's
+        pass, whose units the run's windows took without batching them again)."""
+        lengths = np.asarray(lengths)
         for batch in batches:
             if not len(batch):
                 continue

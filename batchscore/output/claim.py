@@ -99,9 +99,19 @@ def check_claim(ckpt: Checkpoint, identity: Identity, restart: bool) -> None:
 
 
 def refusal(ckpt: Checkpoint, identity: Identity) -> str | None:
-    """Why a run of ``identity`` would refuse this folder as it is (None: it would not), read
-    without writing anything: what `status` judges a folder's completeness by. A model file
-    gone since the output was made raises its `ModelError`, as the run would."""
+    """Why a run of ``identity`` would refuse this folder as it is (None: it would not): the
+    message of `refusal_error`."""
+    found = refusal_error(ckpt, identity)
+    return None if found is None else str(found)
+
+
+def refusal_error(ckpt: Checkpoint, identity: Identity) -> BatchscoreError | None:
+    """The error a run of ``identity`` would refuse this folder with, as it is (None: it would
+    not), read without writing anything: what `status` and `plan` judge a folder by, so that
+    they exit as the run would. `OutputConflictError` (exit 5) for another job's or other
+    settings' output; `BookkeepingError` (exit 10) for a job record that is damaged and that
+    the data files do not prove. A model file gone since the output was made raises its
+    `ModelError`, as the run would."""
     if ckpt.restarting() or not ckpt.claimed():
         return None  # a restart's remains are removed at the next start: nothing is claimed
     try:
@@ -109,13 +119,13 @@ def refusal(ckpt: Checkpoint, identity: Identity) -> str | None:
     except Damaged as exc:
         if proven(ckpt, identity):
             return None  # the next run rewrites it from the data files
-        return f"{exc}; the data files do not prove which job it belonged to"
+        return BookkeepingError(f"{exc}; the data files do not prove which job it belonged to")
     if recorded is None and proven(ckpt, identity):
         return None  # the next run rewrites it from the data files
     found = conflict(ckpt.output, recorded, identity)
     if isinstance(found, ModelError):
         raise found
-    return None if found is None else str(found)
+    return found
 
 
 def conflict(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -30,10 +31,14 @@ def output_schema(
     return pa.schema([*carried, *task_columns, *error_fields(on_error), *hashes])
 
 
-def file_metadata(job: Job, claim: dict[str, Any], precision: str) -> dict[str, str]:
+def file_metadata(
+    job: Job, claim: dict[str, Any], precision: str, described: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The key-value metadata every data file's Parquet footer carries (its source shard and
-    rows are added per file)."""
+    rows are added per file); ``described``: what the task says of its output (a classifier's
+    label names, `LABELS`; `batchscore.models.tasks.footer_metadata`)."""
     return {
+        **(described or {}),
         "batchscore.version": __version__,
         "batchscore.job": job.name,
         "batchscore.task": job.model.task,
@@ -59,6 +64,7 @@ def lineage(job: Job) -> dict[str, str]:
 
 PRECISION = "batchscore.precision"
 RANGES = "batchscore.embed.ranges"
+LABELS = "batchscore.labels"  # a classifier's label names in `scores` order: a JSON list
 
 
 def embed_metadata(options: EmbedConfig) -> dict[str, str]:

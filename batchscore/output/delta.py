@@ -392,4 +392,5 @@ LINEAGE = (
     "batchscore.model_files",
     "batchscore.precision",
     "batchscore.fingerprint",
+    "batchscore.labels",  # classify: the label names, in score order
 )

@@ -38,6 +38,33 @@ class Chosen:
             data["speeds"] = dict(self.speeds)
         return data
 
+    def plainly(self, asked: str) -> str:
+        """The choice in one plain line for a run's log (``why`` is its reasoning, for -v):
+        its measured speed over fp32 and its agreement with fp32 on the gate's rows, e.g.
+        ``2.60x fp32, cosine min 0.9999 on 256 rows``. ``asked``: the job's
+        `[model].precision` ("auto" or the one it fixed)."""
+        name, rows = self.precision, self.measured.get("sample_rows")
+        whose = "" if asked == "auto" else "the job's: "
+        if name == "fp32" and asked == "auto" and rows:
+            return (
+                "the reference: no faster precision passes the quality gate and pays for "
+                f"itself on {rows:,} rows"
+            )
+        if name == "fp32" and asked == "fp32":
+            return "the job's: the reference, nothing to gate"
+        found = []
+        fp32, own = self.speeds.get("fp32"), self.speeds.get(name)
+        if name != "fp32" and fp32 and own:
+            found.append(f"{own / fp32:.2f}x fp32")
+        agreement = self.measured.get("agreement") or {}
+        if agreement:  # the gate's own measure first (the threshold it is held to)
+            metric, value = next(iter(agreement.items()))
+            found.append(f"{metric.replace('_', ' ')} {value:.4f}")
+        if not found:  # nothing measured: the reason is short (no rows, taken from footers)
+            return whose + self.why
+        failed = ": FAILS the quality gate, accepted" if self.accepted else ""
+        return f"{whose}{', '.join(found)}{f' on {rows:,} rows' if rows else ''}{failed}"
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Chosen:
         rest = {k: v for k, v in data.items() if k not in FIELDS}

@@ -7,12 +7,14 @@ model that just did: a pass over `[quality].sample_rows` rows wasted in every ne
 (0.5-0.7 s for MiniLM in bf16 on 2 cores, of a 2.5-3 s gate; BENCHMARKS.md). Units are matched
 by their model input (`unit_keys`), as `batchscore.pipeline.stages.distinct` matches repeats:
 every task's result depends on its input alone. Each known result is taken once, by the first
-window that meets its input.
+window that meets its input. The pass's batches come with its results: the run counts them as
+its own (batches, padded tokens, the report page's widths; `RunStats.adopt`), since the units
+they scored are never batched again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,19 +38,26 @@ def unit_keys(encoded: Encoded) -> list[bytes] | None:
 
 @dataclass
 class Known:
-    """Results by unit key: ``results[index[key]]`` is what the model gave for that input."""
+    """Results by unit key: ``results[index[key]]`` is what the model gave for that input;
+    ``lengths`` and ``batches``: the pass's units' token lengths and the batches it ran them
+    in (unit indices)."""
 
     index: dict[bytes, int]
     results: np.ndarray
+    lengths: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    batches: list[np.ndarray] = field(default_factory=list)
 
     @classmethod
-    def of(cls, encoded: Encoded, results: np.ndarray) -> Known | None:
-        """What a pass over ``encoded`` gave (``results`` in unit order), or None when its
-        units cannot be matched or the pass gave nothing."""
+    def of(
+        cls, encoded: Encoded, results: np.ndarray, batches: list[np.ndarray] | None = None
+    ) -> Known | None:
+        """What a pass over ``encoded`` gave (``results`` in unit order, from ``batches``), or
+        None when its units cannot be matched or the pass gave nothing."""
         keys = unit_keys(encoded)
         if not keys or len(results) != len(keys):
             return None
-        return cls({key: unit for unit, key in enumerate(keys)}, results)
+        index = {key: unit for unit, key in enumerate(keys)}
+        return cls(index, results, np.asarray(encoded.lengths), list(batches or []))
 
     def take(self, keys: list[bytes], units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Those of ``units`` (``keys``: every unit's, `unit_keys`) whose result is known, and

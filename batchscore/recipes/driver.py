@@ -37,7 +37,7 @@ from batchscore.measure.gate import Trial
 from batchscore.measure.settle import learn, recorded_decision, settle
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
-from batchscore.models.tasks import check_outputs, input_kinds
+from batchscore.models.tasks import check_outputs, footer_metadata, input_kinds
 from batchscore.observe.logs import run_context
 from batchscore.observe.progress import Progress, stage
 from batchscore.observe.report import RunStats
@@ -52,9 +52,10 @@ from batchscore.output.settled import Decision
 from batchscore.output.todo import to_do
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.precision.table import check_precision
+from batchscore.recipes.choices import explain
 from batchscore.recipes.run import Run
 from batchscore.recipes.stopped import metrics_however_it_stops
-from batchscore.runtime.device import device_reason, resolve_device, torch_threads
+from batchscore.runtime.device import resolve_device
 from batchscore.storage.layout import report_name
 from batchscore.storage.retry import Retry
 from batchscore.threads import Sink
@@ -131,7 +132,15 @@ def steps(job: Job, run: Run, *, restart: bool, progress: str, cache: DecisionCa
         with opened(settled.job, run.stats) as engine:
             task = load(engine, settled, todo, run, model_path=model_path)
             run.failures += score(
-                engine, settled, todo, run, task=task, who=who, progress=progress, cache=cache
+                engine,
+                settled,
+                todo,
+                run,
+                task=task,
+                who=who,
+                model_path=model_path,
+                progress=progress,
+                cache=cache,
             )
     finish(job, run.ckpt, todo, run.failures)
 
@@ -248,13 +257,14 @@ def measure(
 
 @contextmanager
 def opened(job: Job, stats: RunStats) -> Iterator[Engine]:
-    """The job's engine, closed however the run goes; its model time is the run's."""
+    """The job's engine, closed however the run goes; its model time is the run's, with the
+    gate's pass it adopted."""
     engine = open_engine(job)
     try:
         yield engine
     finally:
         engine.close()
-        stats.model_busy_s = engine.busy_s
+        stats.model_busy_s = engine.busy_s + stats.gate_busy_s
 
 
 def load(engine: Engine, settled: Settled, todo: Pending, run: Run, *, model_path: Path) -> Any:
@@ -271,15 +281,24 @@ def load(engine: Engine, settled: Settled, todo: Pending, run: Run, *, model_pat
         adopted_load = adopted_pass = 0.0
         if gated is not None and task is gated.task:
             adopted_load, adopted_pass = gated.load_s - gated.calibrate_s, gated.cold_s
+            if gated.known is not None:  # its batches are the run's: their units are not run again
+                run.stats.adopt(gated.known.lengths, gated.known.batches, busy_s=adopted_pass)
         gated = settled.gated = None  # the engine holds what it adopted; let the rest go
         run.heap.more()  # the model lives as long as the run
-    run.stats.load_s = loading.seconds
+    run.stats.load_s = loading.seconds + adopted_load
+    run.stats.tuning_s = max(run.stats.tuning_s - adopted_load - adopted_pass, 0.0)
     run.clock.move(adopted_load, "measuring", "loading")
     run.clock.move(adopted_pass, "measuring", "scoring")
     run.context.update(device=engine.device, precision=engine.precision, runtime=engine.runtime)
     if engine.quantization:
         run.context["int8"] = engine.quantization
-    explain(job, engine, decision=settled.decision, recorded=settled.recorded)
+    explain(
+        job,
+        engine,
+        decision=settled.decision,
+        recorded=settled.recorded,
+        asked=run.job.model.precision,
+    )
     return task
 
 
@@ -291,14 +310,17 @@ def score(
     *,
     task: Any,
     who: Identity,
+    model_path: Path,
     progress: str,
     cache: DecisionCache | None,
 ) -> list[dict[str, str]]:
     """Stream every pending chunk through the engine and the committer (whose first commit
     writes ``who``'s job record); return the shards that failed on the way. A run at a faster
-    precision keeps its measured speed in ``cache`` (`measure.settle.learn`)."""
+    precision keeps its measured speed in ``cache`` (`measure.settle.learn`). Every data
+    file's footer says what the task says of its output (a classifier's label names)."""
     job, stats = settled.job, run.stats
     claim = who.record()
+    described = footer_metadata(model_path, model=job.model, options=job.task)
     committer = Committer(
         job.output,
         run.ckpt,
@@ -308,7 +330,7 @@ def score(
         stats=stats,
         claim=claim,
         decision=settled.standing,
-        metadata=file_metadata(job, claim, engine.precision),
+        metadata=file_metadata(job, claim, engine.precision, described),
         todo=todo,
         on_commit=shard_events(todo, stats),
     )
@@ -322,7 +344,7 @@ def score(
             job,
             settled.decision,
             model_files=who.parts["model_files"],
-            padded_tokens=stats.padded_tokens,
+            padded_tokens=stats.padded_tokens - stats.gate_padded_tokens,  # the engine's own
             busy_s=engine.busy_s,
         )
     finally:
@@ -350,32 +372,6 @@ def finish(job: Job, ckpt: Checkpoint, todo: Pending, failures: list[dict[str, s
             None,  # the run report, once it is written
         )
     mark_complete(ckpt, job.name)
-
-
-def explain(
-    job: Job, engine: Engine, *, decision: Decision | None, recorded: Decision | None
-) -> None:
-    """Say which precision, budget and device the run uses and why (the precision as an
-    event; the rest at debug level, for ``-v``)."""
-    settled = decision or recorded
-    if settled is not None:
-        why = settled.precision.why + ("" if decision else " (recorded by an earlier run)")
-    else:
-        why = "the job's [model].precision; fp32 is the reference, so there is nothing to gate"
-    log.info(
-        "precision %s: %s",
-        engine.precision,
-        why,
-        extra={"event": "precision chosen", "precision": engine.precision, "detail": not decision},
-    )
-    budget = "the job's [batching].max_tokens"
-    if settled is not None and settled.batching is not None:
-        budget = settled.batching.why
-    log.debug("max_tokens %s: %s", job.batching.max_tokens, budget)
-    log.debug("device %s: %s", engine.device, device_reason(job.model.device))
-    if job.engine == "local" and engine.device == "cpu":
-        threads = "[model].threads" if job.model.threads else "the cores this process may use"
-        log.debug("torch threads %d: %s", torch_threads(), threads)
 
 
 def shard_events(todo: Pending, stats: RunStats) -> Callable[[Chunk, dict[str, Any]], None]:

@@ -7,6 +7,12 @@ the run's own reader and `where`, then the task's own encoding, built without it
 Above `sample_rows` rows to score, only a seeded random sample of rows is tokenized: the token
 total is then an estimate with a 95% interval, and padding is measured by running the sampler
 on windows drawn from the sampled lengths. The time estimate is `batchscore.recipes.estimate`'s.
+
+A plan exits as the run it plans would before scoring anything: a folder the run refuses (other
+settings or another job's output, exit 5; a job record nothing proves, exit 10), a model file
+gone (exit 4), or a job whose rows with an error are over `[output].max_bad_share` already
+(exit 3: the run fails however the rest turns out), so `plan && run` never lets through a run
+that cannot succeed.
 """
 
 from __future__ import annotations
@@ -19,16 +25,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from batchscore.errors import InputDataError
+from batchscore.errors import BadRowsError, InputDataError
 from batchscore.job.sections import Job
 from batchscore.models.base import Encoding
 from batchscore.models.fingerprint import identity
 from batchscore.models.tasks import encoding, input_kinds
 from batchscore.output.checkpoint import Checkpoint, Damaged
-from batchscore.output.claim import refusal as claim_refusal
+from batchscore.output.claim import Identity, refusal_error
 from batchscore.output.delta import delta_table
 from batchscore.output.diff import rows_line
 from batchscore.output.todo import to_do
+from batchscore.output.verdict import bad_share_error
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import form_batches, padded_tokens
 from batchscore.pipeline.stages import input_columns, windows
@@ -82,6 +89,7 @@ def plan_counts(
     kinds = input_kinds(job.model.task, job.input, job.task)
     shards = find_shards(job.input)
     who = identity(claimed or job, model_path)
+    conflict = judge(ckpt, who)  # before the diff: another job's files are not this job's
     todo = to_do(
         job.input,
         kinds=kinds,
@@ -91,15 +99,11 @@ def plan_counts(
         fingerprint=who.fingerprint,
         forget=False,
     )
-    conflict = None
-    if ckpt.claimed():  # what a run would refuse (exit 5), or find damaged (the run repairs)
-        try:
-            ckpt.job()
-        except Damaged as exc:
-            conflict = str(exc)
-        # as `status` judges it: a model file gone since is the model's error (exit 4), and a
-        # job record the data files prove is no conflict (the run rewrites it)
-        conflict = claim_refusal(ckpt, who) or conflict
+    over = bad_share_error(
+        todo.bad_by_shard, total=todo.total_rows, limit=job.output.max_bad_share, ckpt=ckpt
+    )
+    if over is not None:  # the job's bad rows are over already: a run fails, scoring or not
+        raise BadRowsError(f"{job.source}: a run fails the bad-row gate: {over}")
     task_encoding = encoding(model_path, model=job.model, options=job.task, inp=job.input)
     to_read = sum(c.picked for c in todo.chunks)
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
@@ -133,6 +137,23 @@ def plan_counts(
         "notes": [rows_line(todo.increments)] if todo.increments is not None else [],
     }
     return planned, timing_table
+
+
+def judge(ckpt: Checkpoint, who: Identity) -> str | None:
+    """Raise what a run of ``who`` would refuse the folder with (exit 5, or 10 for a job
+    record nothing proves), as `status` judges it: a model file gone since is the model's
+    error (exit 4). Returns a damaged job record the data files prove, which the run
+    rewrites: a warning, no conflict (None: none)."""
+    if not ckpt.claimed():
+        return None
+    refused = refusal_error(ckpt, who)
+    if refused is not None:
+        raise refused
+    try:
+        ckpt.job()
+    except Damaged as exc:
+        return str(exc)
+    return None
 
 
 def input_rows(shards: list[Shard], failing: set[str]) -> int:

@@ -10,6 +10,7 @@ from batchscore.errors import BatchscoreError
 from batchscore.job.sections import Job
 from batchscore.models.tasks import input_kinds
 from batchscore.output.checkpoint import Checkpoint
+from batchscore.output.pending import Pending
 from batchscore.output.todo import to_do
 from batchscore.work.shards import find_shards, open_shard
 
@@ -67,9 +68,10 @@ def rows_by_shard(
     damaged: dict[str, str],
     *,
     failed: set[str],
-) -> tuple[list[ShardStatus], dict[str, int]]:
+) -> tuple[list[ShardStatus], Pending]:
     """By rows: each shard's rows committed and still to score, from the diff a run would make
-    (read only), and the diff's counts (`batchscore.output.diff.RowDiff.counts`). A shard's
+    (read only), and that dry run's plan (its counts, `batchscore.output.diff.RowDiff.counts`,
+    and the bad-row gate's numbers). A shard's
     chunks are the committed files whose records name it and the chunks its rows to score
     would make; a committed file missing or damaged is named, as by shard, and its rows
     counted as to score. Rows `where` drops are done (none is to score), never written. A
@@ -118,7 +120,7 @@ def rows_by_shard(
         if status.problems:  # their rows are matched by id; a damaged file is named
             status.rows_done = status.rows_written = 0
             found.append(status)
-    return found, todo.increments or {}
+    return found, todo
 
 
 def stopped_by_ids(

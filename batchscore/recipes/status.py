@@ -5,8 +5,14 @@ does, to judge the folder against the job's settings). Each committed data file 
 against its record (size and Parquet footer, never its data), so a missing or damaged file shows
 here; a shard that left the input is listed as gone, with where its output is kept. The output
 is complete when every shard is done with this job's settings, nothing is damaged, the data
-files hold the current input only, and their footers agree on one precision and one int8 scale
-(the check `run` makes of `settled.json`, `batchscore.measure.settle.proven_decision`).
+files hold the current input only, their footers agree on one precision and one int8 scale
+(the check `run` makes of `settled.json`, `batchscore.measure.settle.proven_decision`), and the
+job's rows with an error are within `[output].max_bad_share` (the gate a run ends with).
+
+Status gives the folder the verdict a run would: where a run would refuse the folder (other
+settings, exit 5; a job record nothing proves, exit 10) or stop at the model (exit 4), status
+says so, then exits with that status, `--check` too (`check_judged`); a folder it can judge
+that is not complete is `--check`'s exit 13 (`check_complete`).
 """
 
 from __future__ import annotations
@@ -19,19 +25,22 @@ from batchscore.errors import (
     BookkeepingError,
     IncompleteError,
     ModelError,
+    OutputConflictError,
     WriteError,
 )
 from batchscore.job.sections import Job
 from batchscore.measure.settle import proven_decision
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
+from batchscore.observe.report import speeds
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.claim import refusal
+from batchscore.output.claim import refusal_error
 from batchscore.output.delta import delta_table
 from batchscore.output.diff import DuplicateIdError, rows_line
 from batchscore.output.manifest import problems
 from batchscore.output.neighbours import TAKEN, check_columns, taken_over
 from batchscore.output.retire import MOVING, retirements
+from batchscore.output.verdict import bad_share_error
 from batchscore.recipes.shard_states import ShardStatus, rows_by_shard, shard_status, stopped_by_ids
 from batchscore.storage.layout import GONE, shard_of
 from batchscore.work.shards import find_shards, open_shard
@@ -50,13 +59,21 @@ def job_status(job: Job) -> dict[str, Any]:
     damaged = problems(ckpt.store, {k: r for k, r in committed.items() if k not in taken})
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
+    # first what a run would refuse the folder for: a folder another job's settings made is
+    # never diffed as this job's (by rows, its files lack the row hashes the diff reads)
+    refusing, model_error = judge(ckpt, job)
+    by_rows = job.input.by_rows and refusing is None
     shards, live, increments, stopped = [], set(), None, None
-    if job.input.by_rows:  # by rows, shards are not the unit: the diff says what is to do
+    bad_by_shard: dict[str, int] = {}
+    total = 0  # the job's input rows: the bad-row gate's base, as the run counts it
+    if by_rows:  # by rows, shards are not the unit: the diff says what is to do
         try:
-            shards, increments = rows_by_shard(job, ckpt, committed, damaged, failed=failed)
+            shards, todo = rows_by_shard(job, ckpt, committed, damaged, failed=failed)
+            increments, bad_by_shard = todo.increments or {}, todo.bad_by_shard
+            total = todo.total_rows
         except DuplicateIdError as exc:  # the input's, not the folder's: shown, not raised
             shards, stopped = stopped_by_ids(job, committed, damaged), str(exc)
-    for shard in [] if job.input.by_rows else find_shards(job.input):
+    for shard in [] if by_rows else find_shards(job.input):
         live.add(shard.key)
         records = [r for key, r in committed.items() if shard_of(key) == shard.key]
         try:
@@ -66,6 +83,8 @@ def job_status(job: Job) -> dict[str, Any]:
             rows, chunks = 0, 0
         status = shard_status(shard.path, records, damaged, rows=rows, chunks=chunks)
         valid = [r for r in records if r["shard"] == shard.identity and r["chunk"] not in damaged]
+        bad_by_shard[shard.path] = sum(r.get("bad_rows", 0) for r in valid)
+        total += rows
         if not status.problems:  # a missing or damaged file says so, whatever else holds
             if len(valid) < len(records):
                 status.state = "changed"
@@ -77,9 +96,10 @@ def job_status(job: Job) -> dict[str, Any]:
                 status.state = "partial" if valid else "pending"
         shards.append(status)
     paths = {s.shard for s in shards}  # a gone shard's path may be input again, new
-    gone = [] if job.input.by_rows else gone_shards(ckpt, committed, damaged, live=paths, keys=live)
+    gone = [] if by_rows else gone_shards(ckpt, committed, damaged, live=paths, keys=live)
     current = [s for s in shards if s.state != "gone"]
-    refused, model_error = judge(ckpt, job)
+    refused = None if refusing is None else str(refusing)
+    refused_exit = None if refusing is None else refusing.exit_code
     retiring = any(plan["state"] == MOVING for _, plan in retirements(ckpt))
     intact = [r["file"] for key, r in committed.items() if key not in damaged]
     settled = ""
@@ -87,7 +107,12 @@ def job_status(job: Job) -> dict[str, Any]:
         try:  # what `run` keeps to: the footers' decision, or a refusal when they disagree
             settled = proven_decision(ckpt, job, intact)[1]
         except BookkeepingError as exc:
-            refused = str(exc)
+            refused, refused_exit = str(exc), exc.exit_code
+    too_many = None
+    if refused is None and model_error is None:
+        limit = job.output.max_bad_share
+        over = bad_share_error(bad_by_shard, total=total, limit=limit, ckpt=ckpt)
+        too_many = None if over is None else str(over)
     return {
         "job": job.name,
         "output": job.output.path,
@@ -101,6 +126,7 @@ def job_status(job: Job) -> dict[str, Any]:
         and not any(s.kept is None for s in gone)
         and refused is None
         and model_error is None
+        and too_many is None
         and not restarting
         and not retiring
         and not (increments and increments["to_retire"])
@@ -110,7 +136,9 @@ def job_status(job: Job) -> dict[str, Any]:
         "taken_over": handed_to_table(committed, taken),
         "stopped": stopped,  # by rows: why the next run stops before scoring (its ids)
         "refused": refused,
+        "refused_exit": refused_exit,  # the exit status a run refuses the folder with
         "model_error": model_error,
+        "bad_rows_over": too_many,  # the job's bad rows over [output].max_bad_share: run fails
         "settled": settled or None,  # the record the footers disprove: the next run rewrites it
         "restarting": restarting,
         "retiring": retiring,  # a move to gone/ was cut off: the next start finishes it
@@ -129,19 +157,20 @@ def handed_to_table(committed: dict[str, dict[str, Any]], taken: set[str]) -> di
     return {"chunks": len(taken), "rows": rows, "by": by}
 
 
-def judge(ckpt: Checkpoint, job: Job) -> tuple[str | None, str | None]:
-    """Why a run of this job, with these settings, would refuse the folder (None: it would
-    not): the checks `run` makes at its start, by the same fingerprint, and of a Delta
-    table's columns; and, instead, why the model cannot be judged (a file of it missing or
-    unreadable: the run's exit 4)."""
+def judge(ckpt: Checkpoint, job: Job) -> tuple[BatchscoreError | None, str | None]:
+    """The error a run of this job, with these settings, would refuse the folder with (None:
+    it would not): the checks `run` makes at its start, by the same fingerprint, and of a
+    Delta table's columns; and, instead, why the model cannot be judged (a file of it missing
+    or unreadable: the run's exit 4)."""
     try:
-        refused = refusal(ckpt, identity(job, locate(job.model)))
+        refused = refusal_error(ckpt, identity(job, locate(job.model)))
     except ModelError as exc:
         return None, str(exc)
-    try:
-        check_columns(ckpt)
-    except WriteError as exc:
-        refused = refused or str(exc)
+    if refused is None:
+        try:
+            check_columns(ckpt)
+        except WriteError as exc:
+            refused = exc
     return refused, None
 
 
@@ -187,21 +216,48 @@ def headline(status: dict[str, Any]) -> str:
     )
 
 
-def check_complete(status: dict[str, Any], job: str) -> None:
-    """Raise `IncompleteError` naming what keeps the output from being complete, if anything;
-    `ModelError` when a file of the model is missing or unreadable, as a run would."""
-    if status["complete"]:
-        return
+# the errors a run refuses a folder with, by their exit status (`refused_exit`)
+REFUSALS: dict[int, type[BatchscoreError]] = {
+    OutputConflictError.exit_code: OutputConflictError,
+    BookkeepingError.exit_code: BookkeepingError,
+    WriteError.exit_code: WriteError,  # a Delta table that no longer takes batchscore's files
+}
+
+
+def check_judged(status: dict[str, Any], job: str) -> None:
+    """Raise what a run of the job would stop at before scoring anything, where status found
+    it: the model's error (exit 4), or the folder refused (exit 5: other settings or another
+    job's output; exit 10: a job record nothing proves), with the run's own message. Status
+    and `status --check` then exit as `run` does."""
     if status["model_error"]:  # what a run would stop at first: the model's error, exit 4
         problem = status["model_error"]
         raise ModelError(f"{job}: cannot judge the output against the model: {problem}")
+    if status["refused"]:
+        raise REFUSALS.get(status["refused_exit"], OutputConflictError)(status["refused"])
+
+
+def verdict(status: dict[str, Any], job: str, *, check: bool) -> None:
+    """The status command's exit: as a run's where a run would stop before scoring anything
+    (`check_judged`), and with ``check`` 13 unless the output is complete (`check_complete`)."""
+    if check:
+        check_complete(status, job)
+    else:
+        check_judged(status, job)
+
+
+def check_complete(status: dict[str, Any], job: str) -> None:
+    """Raise `IncompleteError` naming what keeps the output from being complete, if anything;
+    first what a run would stop at (`check_judged`), with the run's exit status."""
+    if status["complete"]:
+        return
+    check_judged(status, job)
     states: dict[str, int] = {}
     for shard in status["shards"]:
         if shard["state"] != "done" and not (shard["state"] == "gone" and shard["kept"]):
             states[shard["state"]] = states.get(shard["state"], 0) + 1
     why = [f"{count} shard(s) {state}" for state, count in sorted(states.items())]
-    if status["refused"]:
-        why.append(f"a run would refuse the folder: {status['refused']}")
+    if status["bad_rows_over"]:
+        why.append(f"a run fails the bad-row gate: {status['bad_rows_over']}")
     if status["stopped"]:
         why.append(f"the next run stops before scoring: {status['stopped']}")
     if status["restarting"]:
@@ -258,6 +314,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"a move to {GONE}/ was cut off: the next run finishes it")
     if status["refused"]:
         lines.append(f"not complete for this job: {status['refused']}")
+    if status["bad_rows_over"]:
+        lines.append(f"not complete: a run fails the bad-row gate: {status['bad_rows_over']}")
     if status["model_error"]:
         lines.append(f"cannot judge the output against the model: {status['model_error']}")
     if status["settled"]:
@@ -266,6 +324,6 @@ def format_status(status: dict[str, Any]) -> str:
     if last:
         lines.append(
             f"last run: {last['rows']:,} rows in {last['wall_s']:.1f} s "
-            f"({last['rows_per_s']:,.1f} rows/s, {last['tokens_per_s']:,.0f} tokens/s)"
+            f"({last['rows_per_s']:,.1f} rows/s, {speeds(last)})"
         )
     return "\n".join(lines)

@@ -6,6 +6,12 @@ this machine lacks, an output folder it cannot write. The metrics file must stil
 failed, with the last success time the README's alert reads (0 for a job that has never
 succeeded), or the alert would watch a file that never changes. Another run holding the job's
 lock is no failure: that run writes them.
+
+A run can stop earlier still, at a job file that does not load (`--set` included): there is no
+job, so no name and no output folder to read the last success from. The metrics file it writes
+says the run failed, under the job label and with the last success time the earlier metrics
+file held (the file's own stem's label, and 0, where there is none): the series the alert
+watches goes on, and `batchscore_last_run_success` no longer says 1.
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from batchscore.errors import BatchscoreError, LockHeldError
+from batchscore.job.parse import load_job
 from batchscore.job.sections import Job
-from batchscore.observe.metrics import write_metrics
+from batchscore.observe.metrics import earlier_file, write_metrics
 from batchscore.output.checkpoint import Checkpoint
 
 log = logging.getLogger("batchscore")
@@ -58,5 +65,33 @@ def write_stopped(job: Job, path: Path) -> None:
         earlier = []
     try:
         write_metrics(path, report, earlier)
+    except BatchscoreError as exc:
+        log.warning("%s", exc)
+
+
+def job_or_stopped(source: str, overrides: list[str], metrics: Path | None) -> Job:
+    """The job file ``source`` loaded with ``overrides`` (`batchscore.job.parse.load_job`),
+    for a run; one that does not load raises its error, after writing the metrics of a
+    failed run to ``metrics`` (if given), as every run writes them."""
+    try:
+        return load_job(source, overrides)
+    except BatchscoreError:
+        if metrics is not None:
+            write_unloaded(source, metrics)
+        raise
+
+
+def write_unloaded(source: str | Path, path: Path) -> None:
+    """Metrics of a run whose job file ``source`` did not load (see the module's note). A file
+    that cannot be written is a warning: the job file's error is the one to report."""
+    job, success_at = earlier_file(path)
+    report = {
+        "job": job if job is not None else Path(source).stem,
+        "outcome": "failed",
+        "started": time.time(),
+        "wall_s": 0.0,
+    }
+    try:
+        write_metrics(path, report, [], success_at=success_at)
     except BatchscoreError as exc:
         log.warning("%s", exc)

@@ -191,6 +191,38 @@ def test_a_candidate_is_tried_only_where_it_pays_and_fits():
     assert weigh(much, ledger(20_000)).worth_trying  # a short job after it is no reason to stay
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    speedup=st.floats(0.3, 4.0),
+    best=st.floats(1.0, 4.0),
+    rows=st.integers(0, 200_000),
+    load_s=st.floats(0.0, 5.0),
+)
+def test_why_a_candidate_was_not_tried_never_says_a_negative_saving(
+    speedup: float, best: float, rows: int, load_s: float
+):
+    """Issue 51: "it would save ~-1.4 s" was said of bf16 once int8 had won. A candidate no
+    faster than the best saves nothing, and says so; one with nothing beyond the sample to
+    save on says that."""
+    book = ledger(rows)
+    if best > 1.0:  # a faster precision won already
+        book = book.after(won=True, speedup=best, cost_s=1.0)
+    said = weigh(Prospect("bf16", speedup, load_s, 0.0, 0.0, guessed=True), book).describe()
+    assert "~-" not in said and "save ~0.0 s" not in said
+    if speedup <= best:
+        assert "no faster than" in said
+    elif rows <= 256:
+        assert "no rows beyond the quality gate's sample" in said
+
+
+def test_a_candidate_slower_than_the_winner_is_said_to_be_no_faster():
+    won = ledger(100_000).after(won=True, speedup=2.6, cost_s=1.0)
+    bf16 = Prospect("bf16", 1.6, 0.4, 0.0, 0.0, guessed=True)
+    assert "it is no faster than the 2.60x fp32 chosen" in weigh(bf16, won).describe()
+    slow = Prospect("fp16", 0.8, 0.4, 0.0, 0.0, guessed=True)
+    assert "it is no faster than fp32)" in weigh(slow, ledger(100_000)).describe()
+
+
 def test_the_cheap_candidate_goes_first_where_the_costly_one_cannot_repay_its_calibration():
     """bf16 (a load and a pass) before int8 (its calibration too), though int8 promises more."""
     bf16 = Prospect("bf16", 1.6, 0.4, 0.0, 0.0, guessed=True)

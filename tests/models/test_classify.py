@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
 from batchscore.errors import JobError, ModelError
 from batchscore.job.parse import load_job
 from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig
-from batchscore.models.classify import ClassifyTask
+from batchscore.models.classify import ClassifyTask, label_names
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.recipes.driver import run_job
 from batchscore.runtime.executor import Executor
@@ -122,3 +125,36 @@ def test_a_bare_encoder_is_not_taken_for_a_classifier(minilm_path, tmp_path):
                      output={"path": "out"})  # fmt: skip
     with pytest.raises(JobError, match=r"\[model\].path: task classify needs its own model"):
         load_job(path)
+
+
+def test_every_data_file_names_its_labels_in_score_order(tmp_path, shards, bert_path):
+    """Issue 51: `scores` was a bare array "in label-id order", the names only in the model's
+    config.json. Every data file's footer now carries them (`batchscore.labels`, a JSON list),
+    read back with pyarrow and polars as docs/output-folder.md shows, and they are the ones
+    the model's own head names its labels with: `scores`' argmax, named, is `label`."""
+    path = write_job(
+        tmp_path / "classify.toml",
+        input={"path": "in/docs-000.parquet", "id": "doc_id"},
+        model={"task": "classify", "path": str(bert_path), "max_length": 64, "threads": 1},
+        batching={"max_tokens": 4096, "window_rows": 64},
+        output={"path": "out", "chunk_rows": 50},
+        classify={"all_scores": True},
+    )
+    run_job(load_job(path))
+    files = sorted((tmp_path / "out").glob("*.parquet"))
+    assert len(files) == 3
+    loaded = make_task(bert_path).head.labels.tolist()
+    for file in files:
+        labels = json.loads(pq.read_metadata(file).metadata[b"batchscore.labels"])
+        assert labels == loaded == ["function", "class", "module", "topic"]
+        assert json.loads(pl.read_parquet_metadata(file)["batchscore.labels"]) == labels
+        table = pq.read_table(file)
+        best = np.array(table["scores"].to_pylist()).argmax(axis=1)
+        assert [labels[i] for i in best] == table["label"].to_pylist()
+
+
+def test_label_names_are_read_as_transformers_reads_them():
+    """By id, whatever the order of config.json's keys; unnamed labels as LABEL_i."""
+    assert label_names({"id2label": {"1": "pos", "0": "neg"}}) == ["neg", "pos"]
+    assert label_names({"num_labels": 3}) == ["LABEL_0", "LABEL_1", "LABEL_2"]
+    assert label_names({}) == ["LABEL_0", "LABEL_1"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def test_text_says_what_loads_and_verbose_says_why(job: Path):
     assert "shard committed" not in quiet and "device cpu" not in quiet
     loud = run("-v", "run", str(job), "--progress", "off", "--restart").stderr
     assert loud.count("shard committed: ") == 3
-    assert "precision fp32: the job's [model].precision" in loud
+    assert "precision fp32: the job's: the reference, nothing to gate" in loud
+    assert "precision fp32, why: the job's [model].precision" in loud
     assert "max_tokens 1024: the job's [batching].max_tokens" in loud
     assert "device cpu: auto: no CUDA GPU here" in loud or "device cpu: the job's" in loud
     assert "torch threads 1: [model].threads" in loud
@@ -68,7 +70,8 @@ def test_the_gate_and_int8_calibration_say_they_run(job: Path):
     assert "quality gate: scoring 16 rows in fp32 and int8 ..." in err
     assert "int8 calibration: choosing the Linear layers on 8 rows ..." in err
     assert "int8 calibrated in" in err and "quality gate done in" in err
-    assert "precision int8: int8 passes the quality gate" in err
+    assert re.search(r"precision int8: the job's: \d+\.\d\dx fp32, cosine min \S+ on 16 rows", err)
+    assert "int8 passes the quality gate" not in err  # the reasoning: -v only
     assert "model ready (the quality gate loaded it)" in err
 
 

@@ -28,6 +28,7 @@ NOT_ADVICE = {
     ("batchscore.errors", "--max-wall-s"),
     ("batchscore.errors", "--max-tokens"),
     ("batchscore.errors", "--metrics-file"),
+    ("batchscore.errors", "--json"),  # exit 74's meaning: `report --json` prints its product
     ("batchscore.models.source.hub", "--revision"),  # `hf download ID --revision R`
 }
 

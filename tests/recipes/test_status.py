@@ -61,9 +61,11 @@ def test_status_is_complete_exactly_when_run_accepts_the_folder(job: Path, picke
 
 
 def test_status_json_of_other_settings_says_not_complete_and_why(job: Path):
+    """Status says why, then exits as the run does (5): one verdict (tests/recipes/
+    test_verdict.py)."""
     args = ["--set", "output.chunk_rows=3"]
     result = CliRunner().invoke(main, ["status", str(job), "--json", *args])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 5, result.output
     status = json.loads(result.stdout)
     assert status["complete"] is False and "changed: chunk_rows" in status["refused"]
     text = CliRunner().invoke(main, ["status", str(job), *args]).stdout
@@ -82,8 +84,9 @@ def test_status_of_another_job_in_the_folder_says_not_complete(job: Path, tmp_pa
 
 @pytest.mark.parametrize("fault", ["deleted", "fifo"])
 def test_a_model_file_gone_is_the_model_error_not_an_incomplete_output(tmp_path: Path, fault):
-    """`status` still shows what is committed, and says the model is at fault; `--check`
-    exits 4 (the model's error, naming the file), not 13, and never advises --restart."""
+    """`status` still shows what is committed, and says the model is at fault; it exits 4,
+    as the run does, and so does `--check` (the model's error, naming the file), not 13, and
+    neither advises --restart."""
     job = tiny_job(tmp_path)
     write_shard(tmp_path / "in/a.parquet", 9)
     run_job(load_job(job))
@@ -95,7 +98,7 @@ def test_a_model_file_gone_is_the_model_error_not_an_incomplete_output(tmp_path:
     assert not status["complete"] and status["refused"] is None
     assert str(weights) in status["model_error"] and status["rows_done"] == 9
     shown = CliRunner().invoke(main, ["status", str(job)])
-    assert shown.exit_code == 0 and str(weights) in shown.stdout and "9 of 9" in shown.stdout
+    assert shown.exit_code == 4 and str(weights) in shown.stdout and "9 of 9" in shown.stdout
     checked = CliRunner().invoke(main, ["status", str(job), "--check"])
     assert checked.exit_code == 4, checked.output
     assert str(weights) in checked.stderr and "--restart" not in checked.output
