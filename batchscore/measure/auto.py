@@ -194,12 +194,13 @@ def choose_auto(
     lines = [reference.describe()]
     tried: dict[str, Trial] = {}
     unusable = dict(unusable)
+    overrun = 0.0  # the most a trial cost over the worst case it was admitted on
     while waiting:
         weighed, others = next_to_try(waiting, ledger)
         if weighed is None:
             break
         waiting = [w.prospect for w in others]
-        name = weighed.prospect.name
+        name, worst = weighed.prospect.name, ledger.cost_s(weighed.prospect, worst=True)
         started = time.perf_counter()
         try:
             candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=False)
@@ -213,6 +214,7 @@ def choose_auto(
             if not gate:
                 unusable[name] = str(exc)
             spent = time.perf_counter() - started
+            overrun = max(overrun, spent - worst)
             ledger = ledger.after(won=False, cost_s=spent)
             continue
         candidate.agreement = judge(reference, candidate, job.quality)
@@ -220,10 +222,13 @@ def choose_auto(
         lines.append(candidate.describe())
         log.info("quality gate: %s", lines[-1], extra=DETAIL)
         won = candidate.agreement.passed and candidate.tokens_per_s > best.tokens_per_s
+        cost = candidate.load_s + candidate.cold_s
+        calibrated_over = candidate.calibrate_s - weighed.prospect.calibrate_max_s
+        overrun = max(overrun, cost - worst, calibrated_over)
         ledger = ledger.after(
             won=won,
             speedup=candidate.tokens_per_s / max(reference.tokens_per_s, 1e-9),
-            cost_s=candidate.load_s + candidate.cold_s,
+            cost_s=cost,
             calibrate_s=candidate.calibrate_s,
         )
         if won:
@@ -251,6 +256,13 @@ def choose_auto(
         measured={
             "sample_rows": table.num_rows,
             "agreement": best.agreement.metrics if best.agreement else None,
+            # what measuring may take, took, and took beyond its trials' worst cases: the
+            # rule keeps spent_s <= budget_s + overrun_s (docs/precision.md)
+            "spending": {
+                "budget_s": round(ledger.budget_s, 3),
+                "spent_s": round(ledger.sunk_s, 3),
+                "overrun_s": round(overrun, 3),
+            },
         },
     )
     return Auto(best, record, {n: measured(t, reference) for n, t in tried.items()}, unusable)
