@@ -209,6 +209,15 @@ def main() -> None:
             report(task, size, runs, st, plans, refused)
 
 
+def per_round(numerators: list[float], denominators: list[float]) -> str:
+    """The median of each round's ratio, with their range: the rounds ran interleaved, so a
+    ratio within a round shares that round's machine."""
+    ratios = sorted(n / d for n, d in zip(numerators, denominators, strict=True))
+    return (
+        f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}, {len(ratios)} rounds)"
+    )
+
+
 def report(
     task: str,
     size: int,
@@ -230,21 +239,24 @@ def report(
         seconds[name] = process
         budget = (rs[-1].get("settled") or {}).get("batching", {}).get("max_tokens")
         chose = f"{rs[-1].get('precision')}" + (f", max_tokens {budget}" if budget else "")
-        print(f"  {name:<28} {process:>9.1f} {meas:>11.1f} {share:>6.1%}  {chose}")
+        spread = f"{min(r['process_s'] for r in rs):.1f}-{max(r['process_s'] for r in rs):.1f}"
+        print(f"  {name:<28} {process:>9.1f} {meas:>11.1f} {share:>6.1%}  {chose}; {spread} s")
     for name, times in st.items():
         seconds[f"st {name}"] = statistics.median(times)
         print(f"  {'sentence-transformers ' + name:<28} {seconds[f'st {name}']:>9.1f}")
+    walls = {name: [r["process_s"] for r in rs] for name, rs in runs.items() if name not in refused}
+    walls |= {f"st {name}": times for name, times in st.items()}
     best = min((s, n) for n, s in seconds.items() if n.startswith("fixed"))
-    cold = seconds["default, cold"] / best[0]
-    print(f"  default cold vs the best fixed setting ({best[1]}): {cold:.2f}x its wall time")
-    print(f"  default warm vs the best fixed setting: {seconds['default, warm'] / best[0]:.2f}x")
+    for which in ("cold", "warm"):
+        ratio = per_round(walls[f"default, {which}"], walls[best[1]])
+        print(f"  default {which} vs the best fixed setting ({best[1]}): {ratio} its wall time")
     if st:
         peer = min(st, key=lambda name: seconds[f"st {name}"])
-        cold, warm = (seconds[f"st {peer}"] / seconds[f"default, {w}"] for w in ("cold", "warm"))
-        print(
-            f"  default vs sentence-transformers' fastest here ({peer}): {cold:.2f}x faster "
-            f"cold, {warm:.2f}x warm"
-        )
+        for which in ("cold", "warm"):
+            ratio = per_round(walls[f"st {peer}"], walls[f"default, {which}"])
+            print(
+                f"  default {which} vs sentence-transformers' fastest here ({peer}): {ratio} faster"
+            )
     for which, pairs in plans.items():
         errors = [abs(guess - wall) / wall for guess, wall in pairs]
         shown = ", ".join(f"{g:.1f} s for {w:.1f} s" for g, w in pairs)
