@@ -24,6 +24,7 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal
 from batchscore.output.diff import rows_line
 from batchscore.output.manifest import problems
+from batchscore.output.pieces import whole_chunks
 from batchscore.output.retire import MOVING, retirements
 from batchscore.output.todo import to_do
 from batchscore.storage.layout import GONE, shard_of
@@ -73,7 +74,7 @@ def job_status(job: Job) -> dict[str, Any]:
                 status.state = "changed"
             elif shard.path in failed:
                 status.state = "failed"
-            elif chunks and len(valid) == chunks:
+            elif chunks and len(whole_chunks(valid)) == chunks:
                 status.state = "done"
             else:
                 status.state = "partial" if valid else "pending"
@@ -242,7 +243,7 @@ def shard_status(
     return ShardStatus(
         path,
         state,
-        len(intact),
+        len(whole_chunks(intact)),  # a chunk committed in pieces counts once all are
         chunks,
         done_rows,
         rows,
