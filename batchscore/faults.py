@@ -11,7 +11,8 @@ hit of ``point`` (every hit when ``@n`` is absent), do ``action``:
   the input) before it sends SIGCONT, however fast the machine would otherwise have finished;
 - ``enospc`` / ``eacces`` / ``eio`` / ``epipe``: raise that OSError (disk full, permission,
   transient I/O, a pipe or socket whose reader left);
-- ``oom``: raise ``torch.OutOfMemoryError``; ``oom>N``: only for batches over N padded tokens.
+- ``oom``: raise ``torch.OutOfMemoryError``; ``oom>N``: only for batches over N padded tokens;
+- ``sleep=S``: wait S seconds (a slow model, a slow disk), then go on.
 
 `traced` counts every point a block passes, arming nothing: a test runs the next step once so
 traced on a copy of its folder, then kills the real step at a hit it will really make (a kill
@@ -24,6 +25,7 @@ import errno
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +60,7 @@ class Fault:
     nth: int | None = None
     over: int | None = None
     hits: int = 0
+    seconds: float = 0.0
 
 
 _armed: dict[str, Fault] = {}
@@ -72,12 +75,14 @@ def parse(spec: str) -> dict[str, Fault]:
     for item in filter(None, (s.strip() for s in spec.split(","))):
         where, _, action = item.partition(":")
         point, _, nth = where.partition("@")
-        over = None
+        over, seconds = None, 0.0
         if action.startswith("oom>"):
             action, over = "oom", int(action[4:])
-        if point not in POINTS or action not in ("kill", "stop", "oom", *ERRORS):
+        if action.startswith("sleep="):
+            action, seconds = "sleep", float(action[6:])
+        if point not in POINTS or action not in ("kill", "stop", "oom", "sleep", *ERRORS):
             raise ValueError(f"bad fault spec {item!r}; points: {', '.join(POINTS)}")
-        faults[point] = Fault(action, int(nth) if nth else None, over)
+        faults[point] = Fault(action, int(nth) if nth else None, over, seconds=seconds)
     return faults
 
 
@@ -124,6 +129,9 @@ def hit(point: str, tokens: int = 0) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if fault.action == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
+        return
+    if fault.action == "sleep":
+        time.sleep(fault.seconds)
         return
     if fault.action == "oom":
         if fault.over is None or tokens > fault.over:

@@ -50,6 +50,7 @@ def job(tmp_path: Path, corpus120) -> Path:
 
 def test_fault_specs_are_checked():
     assert faults.parse("after-rename@3:kill, model-batch:oom>100")["model-batch"].over == 100
+    assert faults.parse("model-batch:sleep=0.25")["model-batch"].seconds == 0.25
     with pytest.raises(ValueError, match="bad fault spec"):
         faults.parse("after-renam:kill")
 

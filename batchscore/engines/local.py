@@ -23,6 +23,7 @@ from batchscore.models.tasks import encoding, input_kinds
 from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.known import Known
+from batchscore.pipeline.pace import Pace
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import windows
 from batchscore.runtime.executor import Executor
@@ -42,6 +43,8 @@ class LocalEngine:
         self.quantization = ""
         self.runtime = "torch"
         self.reading: Prefetch[Window] | None = None  # windows, read from `load` on
+        # the model's pace, by which the reader sizes windows to commit on time (commit_s)
+        self.pace = Pace(job.output.commit_s, first=job.batching.max_rows)
 
     @property
     def busy_s(self) -> float:
@@ -86,6 +89,7 @@ class LocalEngine:
             batching=job.batching,
             on_error=job.output.on_error,
             known=known,
+            pace=self.pace,
         )
         return Prefetch(read, depth=2)
 
@@ -101,6 +105,7 @@ class LocalEngine:
             on_error=job.output.on_error,
             stats=stats,
             progress=bar,
+            pace=self.pace,
         )
         reading, self.reading = self.reading, None  # read from `load` on, for these chunks
         if reading is None:

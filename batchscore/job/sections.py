@@ -32,6 +32,7 @@ MAX_WINDOW_TOKENS = 1 << 20  # [model].max_length: the longest context windows m
 MAX_BATCH_TOKENS = 1 << 22  # [batching].max_tokens: 4 Mi tokens in one batch
 MAX_ROWS = 1 << 20  # rows in one batch or one sorting window
 MAX_CHUNK_ROWS = 10_000_000  # rows in one unit of commit
+MAX_COMMIT_S = 86_400.0  # [output].commit_s: a day
 MAX_SAMPLE_ROWS = 1 << 16  # rows the quality gate scores twice
 MAX_NEW_TOKENS = 1 << 15  # tokens generated per row
 MAX_BEAMS = 64
@@ -146,6 +147,11 @@ class OutputConfig:
     on_error: Literal["fail", "skip"] = "fail"
     max_bad_share: float = field(default=0.1, metadata={"min": 0.0, "max": 1.0})
     chunk_rows: int = field(default=50_000, metadata={"min": 1, "max": MAX_CHUNK_ROWS})
+    # seconds a scored row may wait for its commit: a chunk still open after it commits the
+    # rows it has as a piece of itself, and windows are sized to take a fraction of it
+    # (`batchscore.output.committer`, `batchscore.pipeline.pace`). It decides which files
+    # hold the rows, never the rows: not part of the fingerprint
+    commit_s: float = field(default=300.0, metadata={"min": 1.0, "max": MAX_COMMIT_S})
     # each row's tokens as its model read them (`prompt_tokens`; generation adds what it wrote),
     # and the run's totals in its report, summary and metrics: what an API would have charged
     usage: bool = False

@@ -16,6 +16,15 @@ of six times per chunk, and every chunk still has its own file and record.
 
 A chunk is complete when its windows have covered all of its input rows; with an
 `[input].where` filter it holds fewer output rows than that, and its record counts both.
+
+No scored row waits for its commit much longer than `[output].commit_s`, however large the
+chunk: at each handoff, a chunk whose rows began scoring half of ``commit_s`` ago or more and
+that is still open commits the rows it has as a piece of itself (`Chunk.cut`: a prefix of its
+rows, named from the chunk and its first row), with the group, and the rest of the chunk goes
+on in a file of its own. Handoffs come at least once a window, and the model's windows are
+sized to take a quarter of ``commit_s`` (`batchscore.pipeline.pace`), so a piece is committed
+within about three quarters of it. `batchscore.output.pieces` says which rows of a chunk its
+pieces hold, so a resumed run scores only the rest.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ FINISHERS = min(16, 2 * available_cores())
 
 class Staged:
     """A chunk's file: open while its parts arrive, staged once they cover all of its input
-    rows, then committed with its group."""
+    rows (or once it is cut into a piece, ``done`` False), then committed with its group."""
 
     def __init__(self, chunk: Chunk, writer: ChunkWriter) -> None:
         self.chunk, self.writer = chunk, writer
@@ -62,6 +71,8 @@ class Staged:
         self.rejected: list[pa.Table] = []
         self.keys: list[pa.Table] = []  # a Delta table's: its rows' key columns, per part
         self.facts: FileFacts | None = None
+        self.since: float | None = None  # when its first rows began scoring (monotonic)
+        self.done = True  # whether its commit completes the chunk the run was given
 
 
 class Committer:
@@ -82,9 +93,10 @@ class Committer:
         decision: Decision | None,
         metadata: dict[str, str],
         todo: Pending,
-        on_commit: Callable[[Chunk, dict[str, Any]], None] = lambda chunk, record: None,
+        on_commit: Callable[[Chunk, dict[str, Any], bool], None] = lambda *committed: None,
     ) -> None:
-        """``on_commit`` is told of each chunk once its commit record is written."""
+        """``on_commit`` is told of each chunk (or piece of one) once its commit record is
+        written, and whether that completes the chunk the run was given."""
         if ckpt.table is not None:  # Delta has no fixed-size lists, no unsigned integers
             schema = fit(schema)
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
@@ -105,6 +117,7 @@ class Committer:
             self.take(part)
             if len(self.staged) >= GROUP:
                 self.commit()
+        self.cut_due()
         if self.staged:
             self.commit()
 
@@ -123,6 +136,8 @@ class Committer:
             if self.keyed:
                 file.keys.append(rows.select(self.keyed))
             file.read += item.table.num_rows if item.read is None else item.read
+            if file.since is None:  # its rows' clock starts with the first of them
+                file.since = time.monotonic() if item.started is None else item.started
         except InputDataError as exc:
             self.drop_open(chunk.shard.index)  # the staged chunks are complete: they commit
             self.failed_shards.add(chunk.shard.index)
@@ -130,17 +145,26 @@ class Committer:
             return
         if item.rejected is not None and item.rejected.num_rows:
             file.rejected.append(item.rejected)
-        if file.read == chunk.rows:
+        if file.read == file.chunk.rows:
             self.staged.append(self.open.pop(chunk.key))
 
+    def cut_due(self) -> None:
+        """Stage, as a piece, the rows of every open chunk that began scoring half of
+        ``commit_s`` ago or more (see the module's note); the rest of each stays open."""
+        due = time.monotonic() - self.output.commit_s / 2
+        for file in self.open.values():
+            if file.read and file.since is not None and file.since <= due:
+                piece, rest = file.chunk.cut(file.chunk.start + file.read)
+                staged = Staged(piece, file.writer)
+                staged.read, staged.rejected, staged.done = file.read, file.rejected, False
+                self.staged.append(staged)
+                file.chunk, file.writer = rest, self.writer_for(rest)
+                file.read, file.rejected, file.since = 0, [], None
+
     def writer_for(self, chunk: Chunk) -> ChunkWriter:
-        """A writer for the chunk's file, its footer naming the source shard and rows."""
-        metadata = {
-            **self.metadata,
-            "batchscore.shard": chunk.shard.path,
-            "batchscore.chunk": chunk.key,
-            "batchscore.rows": f"{chunk.start}-{chunk.stop}",
-        }
+        """A writer for the chunk's file, its footer naming the source shard (and, once it is
+        staged, the chunk and rows it holds: `finish`)."""
+        metadata = {**self.metadata, "batchscore.shard": chunk.shard.path}
         return ChunkWriter(self.ckpt.store, chunk.key, self.schema, metadata)
 
     def commit(self) -> None:
@@ -153,7 +177,7 @@ class Committer:
                 staged.writer.abort()
             raise
         for staged, committed in zip(group, records, strict=True):
-            self.committed(staged.chunk, committed)
+            self.committed(staged.chunk, committed, done=staged.done)
         certain = bad_share_error(
             self.bad_by_shard,
             total=self.total_rows,
@@ -196,6 +220,9 @@ class Committer:
         table, publish each chunk's keys (made durable by the group's barrier)."""
 
         def one(staged: Staged) -> None:
+            chunk = staged.chunk
+            rows = f"{chunk.start}-{chunk.stop}"
+            staged.writer.name(chunk.key, {"batchscore.chunk": chunk.key, "batchscore.rows": rows})
             staged.facts = staged.writer.finish(staged.writer.rows)
             if self.keyed:
                 empty = [self.schema.empty_table().select(self.keyed)]
@@ -206,10 +233,10 @@ class Committer:
 
         in_shares(one, group, FINISHERS)
 
-    def committed(self, chunk: Chunk, committed: dict[str, Any]) -> None:
-        """Count a chunk whose record is written, and tell ``on_commit``."""
-        self.on_commit(chunk, committed)
-        self.stats.chunks_committed += 1
+    def committed(self, chunk: Chunk, committed: dict[str, Any], *, done: bool) -> None:
+        """Count a chunk (or piece, not ``done``) whose record is written; tell ``on_commit``."""
+        self.on_commit(chunk, committed, done)
+        self.stats.chunks_committed += done
         self.stats.bad_rows += committed["bad_rows"]
         self.stats.filtered += committed["filtered"]
         path = chunk.shard.path
@@ -258,8 +285,10 @@ def record(chunk: Chunk, facts: FileFacts, bad_rows: int) -> dict[str, Any]:
 
     ``rows`` are the output rows (those that passed `where`); ``filtered`` the input rows of
     the chunk's range that did not (none in a chunk that picked its rows by row: `where` was
-    applied when they were picked, and the rows it did not pick are not filtered).
+    applied when they were picked, and the rows it did not pick are not filtered). A piece's
+    record names the whole chunk (``piece_of``) and its rows (``span``: `batchscore.output.pieces`).
     """
+    piece = {} if chunk.whole else {"piece_of": chunk.whole_key, "span": list(chunk.span)}
     return {
         "chunk": chunk.key,
         "file": part_name(chunk.key),
@@ -271,4 +300,5 @@ def record(chunk: Chunk, facts: FileFacts, bad_rows: int) -> dict[str, Any]:
         "filtered": chunk.picked - facts.rows,
         "bad_rows": bad_rows,
         "committed_at": time.time(),
+        **piece,
     }

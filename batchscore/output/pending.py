@@ -4,9 +4,11 @@ A chunk is a fixed row range of one shard, so a resumed run cuts exactly the sam
 which of them are pending is decided from commit records, the data files' footers and the
 shards' footers. A committed chunk is trusted while its data file is as written (see
 `batchscore.output.manifest`) and its shard is unchanged (same path, size and mtime); a missing
-or changed file, or a changed shard, puts it back to pending. Shards are known by a key made
-from their path, so adding, removing or renaming a shard never touches another's output; the
-output of a shard that left the input moves out of the data files (`status` lists it as gone).
+or changed file, or a changed shard, puts it back to pending. A chunk committed in pieces
+(`[output].commit_s`, `batchscore.output.pieces`) is pending for the rows no piece holds.
+Shards are known by a key made from their path, so adding, removing or renaming a shard never
+touches another's output; the output of a shard that left the input moves out of the data
+files (`status` lists it as gone).
 
 A shard whose footer, columns or column types are unusable fails alone, before any scoring;
 an `[input].where` that does not fit a shard's columns is the job's error, not the shard's. A
@@ -35,6 +37,7 @@ from batchscore.output.neighbours import (
     reconcile,
     taken_over,
 )
+from batchscore.output.pieces import gaps, pieces_by_chunk, whole_chunks
 from batchscore.output.retire import finish_retiring, retire, summary
 from batchscore.storage.fs import is_url
 from batchscore.storage.layout import part_name, shard_of
@@ -99,13 +102,13 @@ def pending_work(
         records = by_shard.get(shard.key, [])
         plan.bad_by_shard[shard.path] = sum(r["bad_rows"] for r in records)
         if shard.key in whole and reference is not None:
-            plan.done_chunks += len(records)
+            plan.done_chunks += records[0]["chunks"]
             plan.done_rows += sum(r["rows"] for r in records)
             plan.total_rows += sum(r["stop"] - r["start"] for r in records)
             continue  # whole shard committed: its rows are not read again
         footer = footers[shard.key] if shard.key in footers else read_footer(shard)
         reference = plan_shard(
-            plan, shard, footer, reference, inp, kinds, rows_filter, chunk_rows, committed
+            plan, shard, footer, reference, inp, kinds, rows_filter, chunk_rows, records
         )
     plan.carried = reference.schema if reference else pa.schema([])
     if forget:  # a dry run leaves the folder as it is
@@ -170,8 +173,8 @@ def carried_by(shard: Shard, inp: InputConfig) -> pa.Schema | None:
 
 
 def whole_shard(records: list[dict]) -> bool:
-    """Whether these commit records cover every chunk of their shard."""
-    return bool(records) and len(records) == records[0]["chunks"]
+    """Whether these commit records cover every chunk of their shard (some maybe in pieces)."""
+    return bool(records) and len(whole_chunks(records)) == records[0]["chunks"]
 
 
 @dataclass(frozen=True)
@@ -204,19 +207,26 @@ def plan_shard(
     kinds: dict[str, str],
     rows_filter: RowFilter | None,
     chunk_rows: int,
-    committed: dict[str, dict],
+    records: list[dict],
 ) -> Reference | None:
     """Check one shard against the job and the shards before it, and add its chunks to the
-    plan (those committed as done); returns the schema later shards must match."""
+    plan (those its commit ``records`` hold as done; of a chunk committed in part, the rows
+    its pieces do not hold); returns the schema later shards must match."""
     fits, reference = check_shard(plan, shard, footer, reference, inp, kinds, rows_filter)
     if not fits:
         return reference
+    committed = {r["chunk"]: r for r in records}
+    pieces = pieces_by_chunk(records)
     for chunk in chunks_of(shard, footer.rows, chunk_rows):
         if chunk.key in committed:
             plan.done_chunks += 1
             plan.done_rows += committed[chunk.key]["rows"]
-        else:
-            plan.chunks.append(chunk)
+            continue
+        done = pieces.get(chunk.key, [])
+        plan.done_rows += sum(r["rows"] for r in done)
+        rest = gaps(chunk, done)
+        plan.done_chunks += not rest
+        plan.chunks += rest
     return reference
 
 
@@ -309,7 +319,8 @@ def stale(
 
 
 def check_room(ckpt: Checkpoint, chunks: list[Chunk], fingerprint: str) -> None:
-    """Make room for the pending chunks' files, touching only batchscore's own.
+    """Make room for the pending chunks' files (a chunk's own, or its first piece's),
+    touching only batchscore's own.
 
     A file at a pending chunk's name whose footer says this job wrote it for that chunk (its
     commit record was lost) is a crashed attempt's, and is removed: it is replaced, never
@@ -317,19 +328,19 @@ def check_room(ckpt: Checkpoint, chunks: list[Chunk], fingerprint: str) -> None:
     scoring, and leaves it as it is.
     """
     names = set(ckpt.store.names(""))
-    for chunk in chunks:
-        name = part_name(chunk.key)
+    for key in (key for chunk in chunks for key in chunk.names):
+        name = part_name(key)
         if name not in names:
             continue
         footer = written_for(ckpt.store, name)
-        if footer.get("batchscore.chunk") == chunk.key and (
+        if footer.get("batchscore.chunk") == key and (
             footer.get("batchscore.fingerprint") == fingerprint
         ):
             log.info("removed %s: an unrecorded attempt of this job", ckpt.store.where(name))
             ckpt.remove(name)  # `_SUCCESS` first: see `Checkpoint.remove`
         else:
             raise OutputConflictError(
-                f"{ckpt.store.where(part_name(chunk.key))}: a file batchscore did not write is "
+                f"{ckpt.store.where(name)}: a file batchscore did not write is "
                 "where this job's output goes; it is left as it is: move it away, or point "
                 "[output].path at another folder"
             )

@@ -30,6 +30,7 @@ from typing import Any
 from batchscore import faults
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.manifest import written_for
+from batchscore.output.pieces import whole_chunks
 from batchscore.storage.layout import (
     DONE,
     GONE,
@@ -164,11 +165,14 @@ def carry_out(ckpt: Checkpoint, rel: str, plan: dict[str, Any]) -> None:
 def summary(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per shard (by path): its chunks and rows that a retirement keeps, as `status` shows them."""
     shards: dict[str, dict[str, Any]] = {}
+    of: dict[str, list[dict[str, Any]]] = {}  # each shard's records
     for record in records.values():
         path = record["shard"]["path"]
         shard = shards.setdefault(path, {"shard": path, "chunks": record["chunks"]} | EMPTY)
-        shard["chunks_done"] += 1
+        of.setdefault(path, []).append(record)
         shard["rows_done"] += record["stop"] - record["start"]
         shard["rows_written"] += record["rows"]
         shard["bad_rows"] += record.get("bad_rows", 0)
+    for path, mine in of.items():  # a chunk committed in pieces counts once, when whole
+        shards[path]["chunks_done"] = len(whole_chunks(mine))
     return [shards[path] for path in sorted(shards)]

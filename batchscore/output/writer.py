@@ -26,13 +26,20 @@ HOLD_BYTES = 1 << 20  # a chunk's rows kept in memory before its file is created
 
 
 class ChunkWriter:
-    """Writes one chunk's output file; ``metadata`` goes into its Parquet footer."""
+    """Writes one chunk's output file; ``metadata`` goes into its Parquet footer.
+
+    What names the file itself (its chunk and rows) may be known only once it is finished: a
+    chunk cut into pieces by time (`[output].commit_s`) learns where a piece ends when it is
+    cut. `name` gives them then; they go into the footer's key-value metadata, and into the
+    schema's too where the file is written at the end (held), as most are.
+    """
 
     def __init__(self, store: Store, key: str, schema: pa.Schema, metadata: dict[str, str]) -> None:
         self.store = store
         self.final = part_name(key)
         self.tmp = store.staging / staged_name(self.final, os.getpid())
         self.schema = schema.with_metadata(metadata)
+        self.entries: dict[str, str] = {}  # the file's own footer entries (`name`)
         self.rows = 0
         self.writer: pq.ParquetWriter | None = None  # the staged file, once there is one
         self.file: pa.NativeFile | None = None  # ... and the file it writes to
@@ -57,6 +64,10 @@ class ChunkWriter:
             raise write_error(self.tmp, exc) from exc
         self.rows += table.num_rows
 
+    def name(self, key: str, entries: dict[str, str]) -> None:
+        """Publish the file as chunk ``key``'s, its footer holding ``entries`` too."""
+        self.final, self.entries = part_name(key), entries
+
     def complete(self) -> tuple[pa.Buffer, int] | None:
         """Finish the file's contents. A chunk still held in memory is encoded there and its
         bytes returned with the row count its footer holds, for `Store.stage` to write in one
@@ -65,11 +76,15 @@ class ChunkWriter:
         closed, and None returned."""
         if self.writer is not None:
             self.spill()
+            if self.entries:  # the schema's copy was written when the file was created
+                self.writer.add_key_value_metadata(self.entries)
             self.writer.close()
             self.file.close()  # the writer leaves a file it was handed open
             return None
         sink = pa.BufferOutputStream()
-        with pq.ParquetWriter(sink, self.schema) as writer:
+        own = {k.encode(): v.encode() for k, v in self.entries.items()}
+        schema = self.schema.with_metadata({**(self.schema.metadata or {}), **own})
+        with pq.ParquetWriter(sink, schema) as writer:
             for table in self.held:
                 writer.write_table(table)
         self.held = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -24,6 +25,7 @@ from batchscore.observe.progress import Progress
 from batchscore.observe.report import RunStats
 from batchscore.pipeline.assemble import assemble
 from batchscore.pipeline.continuous import run_stream, streams
+from batchscore.pipeline.pace import Pace
 from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import batches
 from batchscore.pipeline.static import Budget, Outcome, Ran, run_window
@@ -72,12 +74,14 @@ class Scorer:
         on_error: str,
         stats: RunStats,
         progress: Progress,
+        pace: Pace | None = None,
     ) -> None:
         """``inp``: the `[input]` section (the columns carried to the output, the id rows are
-        named by); ``batching``: `[batching]`; ``on_error``: `[output].on_error`."""
+        named by); ``batching``: `[batching]`; ``on_error``: `[output].on_error`; ``pace``
+        learns how long each window took (the reader sizes windows by it)."""
         self.task, self.executor = task, executor
         self.inp, self.batching = inp, batching
-        self.stats, self.progress = stats, progress
+        self.stats, self.progress, self.pace = stats, progress, pace
         self.budget = Budget(batching.max_tokens)
         self.skip = on_error == "skip"
         self.usage = tuple(f.name for f in task.columns if f.name in USAGE)  # the run counts
@@ -86,8 +90,9 @@ class Scorer:
         """Hand on one `Scored` per part of the window, each once: a chunk's output rows, or
         (under ``on_error = "fail"``) the error of the first row of its shard that failed.
         Parts complete early may go first (see the module's note); the rest follow in order."""
+        started = time.monotonic()  # each part says it: the committer's clock (`commit_s`)
         if window.error is not None:
-            hand([Scored(window.chunk, error=window.error)])
+            hand([Scored(window.chunk, error=window.error, started=started)])
             return
         max_tokens = self.budget.for_shard(window.chunk.shard.index)
         cut = window.batches
@@ -96,12 +101,14 @@ class Scorer:
             cut = batches(
                 window.encoded, window.pending, max_tokens, max_rows=self.max_rows, sort=sort
             )
-        handoff = Handoff(self, window, hand, batches=len(cut))
+        handoff = Handoff(self, window, hand, batches=len(cut), started=started)
         outcome = self.run(window, cut, max_tokens, after_batch=handoff)
         if not len(window.encoded.lengths):
             self.progress.advance(window.table.num_rows, 0)
         count(self.stats, window, outcome.batches)
         handoff.rest(outcome)
+        if self.pace is not None:
+            self.pace.took(sum(p.rows.read for p in window.parts), time.monotonic() - started)
 
     def output(self, window: Window, outcome: Outcome) -> tuple[pa.Table, dict[int, str]]:
         """The window's output rows from the model's results, and the rows that failed."""
@@ -126,15 +133,26 @@ class Scorer:
         )
         return table, errors
 
-    def part(self, window: Window, part: Part, table: pa.Table, errors: dict[int, str]) -> Scored:
-        """A part's rows of the window's output, or its shard's first failed row's error."""
+    def part(
+        self,
+        window: Window,
+        part: Part,
+        table: pa.Table,
+        errors: dict[int, str],
+        *,
+        started: float | None = None,
+    ) -> Scored:
+        """A part's rows of the window's output, or its shard's first failed row's error;
+        ``started``: when the model began the window."""
         own = {r: m for r, m in errors.items() if part.start <= r < part.stop}
         if own and not self.skip:
             row, message = min(own.items())
-            return Scored(part.chunk, error=InputDataError(f"{window.where(row)}, {message}"))
+            error = InputDataError(f"{window.where(row)}, {message}")
+            return Scored(part.chunk, error=error, started=started)
         rows = table.slice(part.start, part.stop - part.start)
         self.stats.used(rows, self.usage)
-        return Scored(part.chunk, rows, self.rejected(window, part, own), read=part.rows.read)
+        rejected = self.rejected(window, part, own)
+        return Scored(part.chunk, rows, rejected, read=part.rows.read, started=started)
 
     def run(
         self,
@@ -212,8 +230,10 @@ class Handoff:
     per window, and only for windows of more than one part.
     """
 
-    def __init__(self, scorer: Scorer, window: Window, hand: Hand, *, batches: int) -> None:
-        self.scorer, self.window, self.hand = scorer, window, hand
+    def __init__(
+        self, scorer: Scorer, window: Window, hand: Hand, *, batches: int, started: float
+    ) -> None:
+        self.scorer, self.window, self.hand, self.started = scorer, window, hand, started
         self.sent = np.zeros(len(window.parts), dtype=bool)
         self.every = math.ceil(batches / HANDOFFS) if len(window.parts) > 1 else 0
         self.seen = 0
@@ -240,7 +260,8 @@ class Handoff:
     def send(self, outcome: Outcome, ready: np.ndarray) -> None:
         if not len(ready):
             return
-        table, errors = self.scorer.output(self.window, outcome)
-        parts = self.window.parts
-        self.hand([self.scorer.part(self.window, parts[i], table, errors) for i in ready])
+        window, scorer = self.window, self.scorer
+        table, errors = scorer.output(window, outcome)
+        parts = [window.parts[i] for i in ready]
+        self.hand([scorer.part(window, p, table, errors, started=self.started) for p in parts])
         self.sent[ready] = True

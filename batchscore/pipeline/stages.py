@@ -23,6 +23,7 @@ from batchscore.job.sections import ROW_HASH, BatchingConfig, InputConfig
 from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoding, Task
 from batchscore.pipeline.known import Known, unit_keys
+from batchscore.pipeline.pace import Pace
 from batchscore.pipeline.reader import read_rows
 from batchscore.pipeline.sampler import first_of_each, form_batches
 from batchscore.work.columns import gather
@@ -87,12 +88,14 @@ def windows(
     batching: BatchingConfig,
     on_error: str,
     known: Known | None = None,
+    pace: Pace | None = None,
 ) -> Iterator[Window]:
     """Reader + tokenizer + sampler for every pending chunk (runs in the reader thread): the
     `[input]` columns (the task's, ``kinds``, among them) that pass `where`, in windows cut by
     `[batching]`; ``on_error`` is `[output].on_error`.
 
-    Rows gather across chunks until a window holds `[batching].window_rows` input rows. A shard
+    Rows gather across chunks until a window holds `[batching].window_rows` input rows, or
+    what the model scores in a share of `[output].commit_s` (``pace``), if fewer. A shard
     that fails reading yields one window carrying its error, after the rows read before it, and
     no more of its rows.
     """
@@ -104,8 +107,11 @@ def windows(
     def window(parts: list[Part]) -> Iterator[Window]:
         return combine(parts, task, gone, batching, on_error, known)
 
+    def most() -> int:  # input rows the next window may hold
+        return size if pace is None else min(size, pace.rows())
+
     parts: list[Part] = []
-    read = 0  # input rows the parts cover
+    read, limit = 0, most()  # input rows the parts cover, and may
     for chunk in chunks:
         if chunk.shard.index in gone:
             continue
@@ -116,18 +122,30 @@ def windows(
                     rows = with_row_hash(rows, hashed)
                 if parts and rows.table.schema != parts[-1].rows.table.schema:
                     yield from window(parts)  # one window, one schema
-                    parts, read = [], 0
-                parts.append(Part(chunk, rows))
+                    parts, read, limit = [], 0, most()
+                while rows.read > limit - read:  # the window's last rows; the rest go on
+                    head, rows = rows.split(limit - read)
+                    yield from window(joined(parts, chunk, head))
+                    parts, read, limit = [], 0, most()
+                parts = joined(parts, chunk, rows)
                 read += rows.read
-                if read >= size:
+                if read >= limit:
                     yield from window(parts)
-                    parts, read = [], 0
+                    parts, read, limit = [], 0, most()
         except InputDataError as exc:
             yield from window(parts)  # what was read before, first
-            parts, read = [], 0
+            parts, read, limit = [], 0, most()
             gone.add(chunk.shard.index)
             yield failed(chunk, exc)
     yield from window(parts)
+
+
+def joined(parts: list[Part], chunk: Chunk, rows: Rows) -> list[Part]:
+    """``parts`` and ``chunk``'s next ``rows``: a chunk has one part in a window, its rows in
+    order (a window cut short, `[output].commit_s`, leaves the rest of a read to the next)."""
+    if parts and parts[-1].chunk is chunk:
+        return [*parts[:-1], Part(chunk, parts[-1].rows.join(rows))]
+    return [*parts, Part(chunk, rows)]
 
 
 def window_rows(task: Encoding, batching: BatchingConfig) -> int:

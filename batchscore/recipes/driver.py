@@ -374,15 +374,15 @@ def finish(job: Job, ckpt: Checkpoint, todo: Pending, failures: list[dict[str, s
     mark_complete(ckpt, job.name)
 
 
-def shard_events(todo: Pending, stats: RunStats) -> Callable[[Chunk, dict[str, Any]], None]:
-    """The committer's callback: count each chunk against its shard, and say when a shard's
-    last pending chunk is committed."""
+def shard_events(todo: Pending, stats: RunStats) -> Callable[[Chunk, dict[str, Any], bool], None]:
+    """The committer's callback: count each chunk (and piece of one) against its shard, and
+    say when a shard's last pending chunk is committed."""
     left = Counter(c.shard.path for c in todo.chunks)
 
-    def committed(chunk: Chunk, record: dict[str, Any]) -> None:
+    def committed(chunk: Chunk, record: dict[str, Any], done: bool) -> None:
         path = chunk.shard.path
         stats.committed(path, record["rows"], record["bad_rows"], record["filtered"])
-        left[path] -= 1
+        left[path] -= done  # a piece of a chunk leaves the rest of it to commit
         log.debug("chunk %s committed: %s rows %d-%d", chunk.key, path, chunk.start, chunk.stop)
         if not left[path]:
             rows = stats.shards[path]["rows"]

@@ -11,6 +11,7 @@ from batchscore.job.sections import Job
 from batchscore.models.tasks import input_kinds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.pending import Pending
+from batchscore.output.pieces import whole_chunks
 from batchscore.output.todo import to_do
 from batchscore.work.shards import find_shards, open_shard
 
@@ -51,7 +52,7 @@ def shard_status(
     return ShardStatus(
         path,
         state,
-        len(intact),
+        len(whole_chunks(intact)),  # a chunk committed in pieces counts once all are
         chunks,
         done_rows,
         rows,

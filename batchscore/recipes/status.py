@@ -39,6 +39,7 @@ from batchscore.output.delta import delta_table
 from batchscore.output.diff import DuplicateIdError, rows_line
 from batchscore.output.manifest import problems
 from batchscore.output.neighbours import TAKEN, check_columns, taken_over
+from batchscore.output.pieces import whole_chunks
 from batchscore.output.retire import MOVING, retirements
 from batchscore.output.verdict import bad_share_error
 from batchscore.recipes.shard_states import ShardStatus, rows_by_shard, shard_status, stopped_by_ids
@@ -90,7 +91,7 @@ def job_status(job: Job) -> dict[str, Any]:
                 status.state = "changed"
             elif shard.path in failed:
                 status.state = "failed"
-            elif chunks and len(valid) == chunks:
+            elif chunks and len(whole_chunks(valid)) == chunks:
                 status.state = "done"
             else:
                 status.state = "partial" if valid else "pending"

@@ -29,6 +29,7 @@ STAGING = f"{STATE}/tmp"  # temporary files, renamed into place when complete
 LOCK = f"{STATE}/lock"  # the file whose flock guards the folder
 SUCCESS = "_SUCCESS"  # the Hadoop convention: present when every input row is committed
 MAX_REPORTS = 100  # run reports kept; older ones are pruned
+PIECE_ROWS = 10**15  # shard rows a piece's name can start at (`piece_key`)
 GONE_SUFFIX = ".gone"  # a kept data file's name ends so, out of every `**/*.parquet` glob
 CHUNK_NAME = re.compile(r"part-[0-9a-f]{16}-[0-9]{5,}\.parquet")  # see `part_name`
 # A chunk key (`chunk_key`), or an older version's (its shard's place: "00003-00000"), and a
@@ -85,6 +86,17 @@ def successor_key(key: str, retirement: str) -> str:
     Delta table's log names each file once, with its size and rows): a digest of both, and the
     chunk's own number, so every name check that knows chunk keys knows it."""
     return chunk_key(shard_key(f"{key}@{retirement}"), int(key.rsplit("-", 1)[1]))
+
+
+def piece_key(key: str, start: int) -> str:
+    """The key of a piece of chunk ``key``: its rows from shard row ``start`` on, committed
+    before the rest of the chunk was scored (`[output].commit_s`). The chunk's own key and
+    the start as 15 digits, so every name check that knows chunk keys knows it, its shard's
+    key is the chunk's, and two pieces of a shard never share a name (a chunk's number has
+    at least 5 digits: the start is the last 15)."""
+    if not 0 <= start < PIECE_ROWS:
+        raise ValueError(f"a piece cannot start at row {start}")
+    return f"{key}{start:015d}"
 
 
 def part_name(key: str) -> str:

@@ -10,14 +10,14 @@ the engines pass these between them, so each of those can be read without the ot
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from batchscore.errors import BatchscoreError, InputDataError
-from batchscore.storage.layout import chunk_key, shard_key
+from batchscore.storage.layout import chunk_key, piece_key, shard_key
 from batchscore.storage.retry import Retry
 
 
@@ -50,6 +50,10 @@ class Chunk:
     By rows (`[input].increments = "rows"`) a chunk holds the rows of its range still to score,
     ``picks`` (shard rows; None: every row of the range), and its name has the ``label`` of the
     increment that cut it: rows scored by a later increment land in files of their own.
+
+    A chunk whose rows took longer than `[output].commit_s` to score is committed in pieces
+    (`cut`): ``span`` is then the whole chunk's range, and ``start``-``stop`` the rows of this
+    piece, or of the rest still to score.
     """
 
     shard: Shard
@@ -59,14 +63,43 @@ class Chunk:
     of: int  # how many chunks the shard has
     picks: np.ndarray | None = field(default=None, compare=False, repr=False)
     label: str = ""
+    span: tuple[int, int] | None = None  # the whole chunk's rows, when these are a part of it
 
     @property
     def key(self) -> str:
         """Deterministic name from shard and chunk numbers (and the increment's label, by
-        rows); never from input strings."""
+        rows), and a piece's first row; never from input strings."""
+        if self.whole:
+            return self.whole_key
+        return piece_key(self.whole_key, self.start)
+
+    @property
+    def whole_key(self) -> str:
+        """The whole chunk's key (a piece's file is named from it, `piece_key`)."""
         if self.label:
             return chunk_key(shard_key(f"{self.label}:{self.shard.path}"), self.index)
         return chunk_key(self.shard.key, self.index)
+
+    @property
+    def whole(self) -> bool:
+        """Whether these are all of the chunk's rows (not a piece of it)."""
+        return self.span is None or self.span == (self.start, self.stop)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The keys its first file may take: its own, or its first piece's (cut by time)."""
+        first = piece_key(self.whole_key, self.start)
+        return (self.key,) if self.key == first else (self.key, first)
+
+    def cut(self, at: int) -> tuple[Chunk, Chunk]:
+        """The rows before shard row ``at`` (a piece, committed on its own) and the rest."""
+        span = self.span or (self.start, self.stop)
+        if self.picks is None:
+            before = after = None
+        else:
+            before, after = self.picks[self.picks < at], self.picks[self.picks >= at]
+        piece = replace(self, stop=at, picks=before, span=span)
+        return piece, replace(self, start=at, picks=after, span=span)
 
     @property
     def picked(self) -> int:
@@ -106,6 +139,23 @@ class Rows:
     def shard_row(self, r: int) -> int:
         """The shard row of the window's row ``r``, for messages."""
         return self.offset + r if self.kept is None else int(self.kept[r])
+
+    def split(self, n: int) -> tuple[Rows, Rows]:
+        """The window's first ``n`` input rows and the rest, each a window of its own."""
+        if self.kept is None:
+            cut, kept = n, (None, None)
+        else:
+            cut = int(np.searchsorted(self.kept, self.offset + n))
+            kept = (self.kept[:cut], self.kept[cut:])
+        head = Rows(self.table.slice(0, cut), self.offset, n, kept[0], self.picked)
+        rest = Rows(self.table.slice(cut), self.offset + n, self.read - n, kept[1], self.picked)
+        return head, rest
+
+    def join(self, more: Rows) -> Rows:
+        """These rows and the chunk's next ``more`` (read just after them), as one window."""
+        table = pa.concat_tables([self.table, more.table])
+        kept = None if self.kept is None else np.concatenate([self.kept, more.kept])
+        return Rows(table, self.offset, self.read + more.read, kept, self.picked)
 
 
 @dataclass
@@ -200,3 +250,6 @@ class Scored:
     rejected: pa.Table | None = None  # its rows recorded with an error (`row_errors.rejected`)
     error: InputDataError | None = None
     read: int | None = None  # input rows the window covers before `where`; None: table's rows
+    # when the model began its window (`time.monotonic`, in the scorer's process): the start
+    # of the committer's clock (`[output].commit_s`); None: not known, the handoff's moment
+    started: float | None = None

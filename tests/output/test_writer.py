@@ -133,3 +133,26 @@ def test_a_streamed_chunk_is_never_written_through_a_link_at_its_staged_name(tmp
         chunk.append(pa.table({"id": ["a"], "embedding": [[1.0]]}, schema=SCHEMA))
     assert caught.value.exit_code == 6
     assert victim.read_text() == "not batchscore's"
+
+
+@pytest.mark.parametrize("rows", [3, 40_000], ids=["held", "streamed"])
+def test_a_file_named_when_finished_says_so_in_its_footer(tmp_path: Path, rows: int):
+    """A piece of a chunk learns its name and rows only when it is cut (`[output].commit_s`):
+    its footer holds them, whether it was held in memory or streamed to its file already
+    (past `HOLD_BYTES`), and it is published under that name."""
+    store = LocalStore(tmp_path)
+    store.prepare()
+    writer = ChunkWriter(store, "00000-00000", SCHEMA, {"batchscore.shard": "a.parquet"})
+    table = pa.table({"id": [str(i) for i in range(rows)], "embedding": [[1.0] * 8] * rows},
+                     schema=SCHEMA)  # fmt: skip
+    writer.append(table)
+    entries = {"batchscore.chunk": "00000-00000000000000000000", "batchscore.rows": f"0-{rows}"}
+    writer.name("00000-00000000000000000000", entries)
+    writer.finish(rows)
+    path = Path(writer.publish())
+    assert visible(tmp_path) == ["part-00000-00000000000000000000.parquet"]
+    footer = pq.read_metadata(path).metadata
+    assert footer[b"batchscore.rows"] == f"0-{rows}".encode()
+    assert footer[b"batchscore.chunk"] == b"00000-00000000000000000000"
+    assert footer[b"batchscore.shard"] == b"a.parquet"
+    assert pq.read_table(path).column("id").to_pylist() == table.column("id").to_pylist()
