@@ -165,7 +165,8 @@ EXIT_CODES: dict[int, str] = {
     OverLimitError.exit_code: "plan: the job is over a --max-wall-s or --max-tokens limit",
     IncompleteError.exit_code: "status --check: the output is not complete for the job as given",
     WRITE_FAILED: "stdout could not be written (closed, or the disk full) by a command whose "
-    "product is what it prints: validate, status, plan, check, report --json, --help, --version",
+    "product is what it prints: validate, status, plan, check, models, report --json, fetch "
+    "--json, --help, --version",
     LockHeldError.exit_code: "another run of the same job is still running",
     129: "stopped by SIGHUP; committed chunks are kept, the next run resumes",
     130: "interrupted (Ctrl-C); committed chunks are kept",

@@ -46,17 +46,18 @@ def abilities(path: Path, allow_pickle: bool = False) -> Abilities | None:
     (a folder without ``config.json`` or ``modules.json``, a file of no model format)."""
     if path.is_file():
         return file_abilities(path)
-    if not path.is_dir() or not any((path / n).is_file() for n in ("config.json", "modules.json")):
-        return None
+    marks = [path / name for name in ("config.json", "modules.json")]
+    if not path.is_dir() or not any(m.is_file() or m.is_symlink() for m in marks):
+        return None  # (a link to a blob a cache cleaned up still marks a model, one that fails)
     try:
         kind, candidates = folder_kind(path)
-    except ModelError as exc:
+    except (ModelError, OSError) as exc:  # a config that is no JSON, a link into a pruned cache
         return Abilities("a model folder batchscore cannot read", (), (str(exc),))
     tasks, notes = [], []
     for task in candidates:
         try:
             check(path, task, allow_pickle)
-        except (ModelError, JobError) as exc:
+        except (ModelError, JobError, OSError) as exc:
             notes.append(f"{task}: {exc}")
             continue
         tasks.append(task)

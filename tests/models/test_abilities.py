@@ -66,8 +66,8 @@ def test_each_kind_runs_as_its_tasks(made: dict[str, Path], kind: str, tasks, wo
 
 def test_what_batchscore_does_not_run_says_why(made: dict[str, Path], tmp_path: Path):
     """A pickle is listed, never run; pickle weights run only where allowed; an architecture
-    no task runs, and a stack module batchscore does not implement, run as nothing, saying
-    why; a folder or file that holds no model is none."""
+    no task runs, a stack module batchscore does not implement, and a config linked to a blob
+    that is gone, run as nothing, saying why; a folder or file that holds no model is none."""
     pickle = abilities(made["tensor-pickle"])
     assert pickle is not None and pickle.tasks == () and "can run code" in pickle.notes[0]
     pickled = shutil.copytree(made["classifier"], tmp_path / "pickled")
@@ -90,6 +90,11 @@ def test_what_batchscore_does_not_run_says_why(made: dict[str, Path], tmp_path: 
     (layered / "modules.json").write_text(json.dumps(modules))
     unread = abilities(layered)
     assert unread is not None and unread.tasks == () and "LayerNorm" in unread.notes[0]
+    pruned = shutil.copytree(made["decoder"], tmp_path / "pruned")  # a cache's blob cleaned up
+    (pruned / "config.json").unlink()
+    (pruned / "config.json").symlink_to(tmp_path / "blobs" / "gone")
+    cleaned = abilities(pruned)
+    assert cleaned is not None and cleaned.tasks == () and "config.json" in cleaned.notes[0]
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "notes.txt").write_text("no model here")
     assert abilities(tmp_path / "plain") is None
