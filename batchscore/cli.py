@@ -1,7 +1,9 @@
 """The command line: a thin shell that parses arguments, calls one recipe per verb, and reports.
 
-The commands raise the package's exceptions; `batchscore.exits` wraps each command and turns an
-exception into one message and its exit status (the table is `batchscore.errors.EXIT_CODES`).
+The commands over a job file are here; those over a model (run-batch, models, fetch) are in
+`batchscore.cli_models`, and join the group below. The commands raise the package's
+exceptions; `batchscore.exits` wraps each command and turns an exception into one message and
+its exit status (the table is `batchscore.errors.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import Any
 
 import click
 
+from batchscore.cli_models import fetch, models, run_batch
 from batchscore.errors import MetricsError
 from batchscore.exits import (
     PROGRESS,
+    SET,
     Group,
     asked_format,
     chosen_progress,
@@ -39,13 +43,6 @@ from batchscore.version import __version__
 
 log = logging.getLogger("batchscore")
 JOB = click.argument("job", type=click.Path(dir_okay=False))
-SET = click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="SECTION.KEY=VALUE",
-    help="Override a job key; the value is read as TOML (repeatable).",
-)
 
 
 def load(job: str, overrides: tuple[str, ...]) -> Job:
@@ -163,55 +160,6 @@ def run(
         raise
     if not quiet:
         say(summary(report), event="summary", **key_figures(report))
-
-
-@main.command("run-batch")
-@click.option(
-    "-i", "--input", "source", required=True, help="The request file (JSONL; a path or s3://)."
-)
-@click.option(
-    "-o", "--output", "target", required=True, help="Where the results go (JSONL; a path or s3://)."
-)
-@click.option(
-    "--model", required=True, metavar="NAME_OR_PATH", help="The model every request is served by."
-)
-@SET
-@click.option("--work-dir", default=None, help="The work folder (default: OUTPUT.work, beside it).")
-@PROGRESS
-@reports_errors
-def run_batch(
-    source: str,
-    target: str,
-    model: str,
-    overrides: tuple[str, ...],
-    work_dir: str | None,
-    progress: str,
-) -> None:
-    """Serve an OpenAI Batch request file (/v1/embeddings, /v1/chat/completions) offline and
-    write OpenAI Batch result lines, one per request in the file's order. A bad line becomes
-    an error line for its custom_id; a killed run-batch started again scores only what it had
-    not committed. --set sets keys of the jobs it runs (model.precision=fp32).
-
-    \b
-    Example:
-        batchscore run-batch -i requests.jsonl -o results.jsonl --model all-MiniLM-L6-v2
-        batchscore run-batch -i s3://b/requests.jsonl -o s3://b/results.jsonl --model models/chat
-    """
-    with paused():
-        from batchscore.recipes.run_batch import run_batch as serve
-
-    with stopping_on_signals():
-        report = serve(
-            source,
-            target,
-            model=model,
-            overrides=overrides,
-            work=work_dir,
-            progress=chosen_progress(progress),
-            environ=os.environ,
-        )
-    text = f"{target}: {report.requests} results, {report.failed} of them errors"
-    say(text, event="run-batch", output=target, requests=report.requests, failed=report.failed)
 
 
 @main.command()
@@ -398,3 +346,7 @@ def plan(job: str, overrides: tuple[str, ...], as_json: bool, **limits: Any) -> 
     else:
         say(format_plan(result), event="plan", product=True, plan=result)
     check_limits(result, job, **limits)
+
+
+for command in (run_batch, models, fetch):
+    main.add_command(command)

@@ -49,7 +49,8 @@ class BadRowsError(InputDataError):
 
 
 class TransientIOError(BatchscoreError):
-    """Reading input failed for a reason that may pass (I/O error, timeout): retry later."""
+    """Reading input, or fetching a model, failed for a reason that may pass (I/O error,
+    timeout, the hub out of reach): retry later."""
 
     exit_code = 7
 
@@ -146,13 +147,16 @@ EXIT_CODES: dict[int, str] = {
     1: "internal error (a bug: please report it with the message)",
     JobError.exit_code: "bad command line or job file; nothing was scored",
     InputDataError.exit_code: "an input shard could not be read, or too many rows were bad; "
-    "everything else was committed",
-    ModelError.exit_code: "the model could not be found or loaded",
+    "everything else was committed (run-batch: not one request could be served, every result "
+    "line an error)",
+    ModelError.exit_code: "the model could not be found or loaded (fetch: the hub has no such "
+    "model or revision, or HF_HUB_OFFLINE forbids the network)",
     OutputConflictError.exit_code: "the output folder holds work from another job or "
     "configuration, or a file batchscore did not write where a chunk's output goes",
     WriteError.exit_code: "an output chunk or checkpoint could not be written (disk full, "
     "permissions, or a symbolic link inside the output folder)",
-    TransientIOError.exit_code: "reading input failed transiently (I/O error); run again later",
+    TransientIOError.exit_code: "reading input, or fetching a model, failed transiently (I/O "
+    "error, the hub out of reach); run again later",
     QualityGateError.exit_code: "the precision fails its quality gate against fp32; nothing scored",
     EngineError.exit_code: "the Ray cluster could not be reached, or its model actors kept dying",
     BookkeepingError.exit_code: "a bookkeeping file of the output folder is damaged beyond what "
@@ -161,7 +165,8 @@ EXIT_CODES: dict[int, str] = {
     OverLimitError.exit_code: "plan: the job is over a --max-wall-s or --max-tokens limit",
     IncompleteError.exit_code: "status --check: the output is not complete for the job as given",
     WRITE_FAILED: "stdout could not be written (closed, or the disk full) by a command whose "
-    "product is what it prints: validate, status, plan, check, report --json, --help, --version",
+    "product is what it prints: validate, status, plan, check, models, report --json, fetch "
+    "--json, --help, --version",
     LockHeldError.exit_code: "another run of the same job is still running",
     129: "stopped by SIGHUP; committed chunks are kept, the next run resumes",
     130: "interrupted (Ctrl-C); committed chunks are kept",

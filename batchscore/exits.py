@@ -239,6 +239,13 @@ def chosen_progress(progress: str) -> str:
     return progress
 
 
+SET = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Override a job key; the value is read as TOML (repeatable).",
+)
 PROGRESS = click.option(
     "--progress",
     type=click.Choice(["auto", "bar", "log", "off"]),

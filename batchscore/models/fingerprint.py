@@ -199,8 +199,8 @@ def unreadable(file: Path, exc: OSError) -> ModelError:
         target = os.path.normpath(file.parent / os.readlink(file))
         return ModelError(
             f"{file}: a link to {target}, which does not exist (a Hugging Face cache cleaned "
-            "up or pruned, or a download cut short?); put the model's files back (download "
-            "it again on a machine that can reach the hub: batchscore never downloads)"
+            "up or pruned, or a download cut short?); put the model's files back (`batchscore "
+            "fetch NAME` downloads a hub model again where the network allows; runs never do)"
         )
     if exc.errno == errno.ENOENT:
         return ModelError(f"{file}: the model's file is gone (removed while it was being read)")

@@ -150,7 +150,11 @@ def read_line(number: int, raw: bytes, models: set[str]) -> Request:
         model = body.get("model")
         if model is not None and model not in models:
             served = ", ".join(sorted(repr(m) for m in models))
-            raise Bad(f"body.model: {model!r} is not the model served ({served})", "model_mismatch")
+            message = (
+                f"body.model: {model!r} is not the model served ({served}); "
+                "run-batch --served-model-name NAME answers to the name the requests give"
+            )
+            raise Bad(message, "model_mismatch")
         if url == EMBEDDINGS:
             return embeddings(number, custom_id, body)
         return chat(number, custom_id, body)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from batchscore.errors import JobError, ModelError
+from batchscore.errors import BadRowsError, JobError, ModelError
 from batchscore.job.parse import apply_overrides, job_from_dict
 from batchscore.job.sections import Job
 from batchscore.models.source.locate import locate
@@ -95,6 +96,7 @@ def run_batch(
     target: str,
     *,
     model: str,
+    served: tuple[str, ...] = (),
     overrides: tuple[str, ...] = (),
     work: str | None = None,
     progress: str = "off",
@@ -102,11 +104,15 @@ def run_batch(
 ) -> BatchReport:
     """Score every request of the file ``source`` with ``model`` (a built-in name, a Hugging
     Face id in the local cache, or a local folder) and write one result line per request to
-    ``target``. ``overrides``: ``--set`` keys of the jobs (``model.precision=fp32``,
-    ``output.chunk_rows=100``). ``work``: the work folder (default ``TARGET.work``)."""
+    ``target``. ``served``: the names the requests may give the model (``--served-model-name``,
+    as vLLM's: they replace its own, and responses carry the first). ``overrides``: ``--set``
+    keys of the jobs (``model.precision=fp32``, ``output.chunk_rows=100``). ``work``: the work
+    folder (default ``TARGET.work``). A file none of whose requests could be served has its
+    error lines written, then raises `BadRowsError` (exit 3)."""
     folder = work or f"{target}.work"
     check_paths(source, target, folder)
-    requests = read_requests(read_bytes(source).splitlines(), served_names(model))
+    answer = served[0] if served else model  # the name every response's `model` carries
+    requests = read_requests(read_bytes(source).splitlines(), served_names(model, served))
     requests = held_to_context(requests, folder=folder, model=model, overrides=overrides)
     report = BatchReport(target)
     lines: dict[int, dict[str, Any]] = {}
@@ -122,7 +128,7 @@ def run_batch(
             refusals.append(exc)
             lines.update(unserved(group, str(exc)))
             continue
-        lines.update(group_lines(group, job, committed(job.output.path), model))
+        lines.update(group_lines(group, job, committed(job.output.path), answer))
     if refusals and len(refusals) == len(found):
         raise refusals[0]  # no request could be served: the model or --set is wrong, not a line
     for request in requests:
@@ -134,7 +140,28 @@ def run_batch(
     report.requests = len(ordered)
     report.failed = sum(1 for line in ordered if line["error"] is not None)
     write_whole(target, jsonl(ordered))
+    if ordered and report.failed == report.requests:
+        raise none_served(source, target, ordered)
     return report
+
+
+def none_served(source: str, target: str, lines: list[dict[str, Any]]) -> BadRowsError:
+    """Every line an error line: the file's results are written, and the command fails, as a
+    run fails whose rows are all bad, so that a scheduler never takes the file for served."""
+    codes = Counter(line["error"]["code"] for line in lines)
+    counts = ", ".join(f"{code}: {count}" for code, count in codes.most_common())
+    every = (
+        f"all {len(lines)} lines are error lines"
+        if len(lines) > 1
+        else "its one line is an error line"
+    )
+    message = f"no request of {source} could be served: {every} in {target} ({counts})"
+    if "model_mismatch" in codes:
+        message += (
+            "\nthe requests name another model in body.model: --served-model-name NAME serves "
+            "--model under the name they give (as vLLM's flag does)"
+        )
+    return BadRowsError(message)
 
 
 def held_to_context(
@@ -153,9 +180,12 @@ def held_to_context(
     return within_context(requests, job)
 
 
-def served_names(model: str) -> set[str]:
-    """The names a request's ``body.model`` may give: the model as named, and a local
-    folder's own name."""
+def served_names(model: str, served: tuple[str, ...] = ()) -> set[str]:
+    """The names a request's ``body.model`` may give: the ``--served-model-name`` names where
+    there are any (in place of the model's own, as in vLLM), else the model as named and a
+    local folder's own name."""
+    if served:
+        return set(served)
     return {model, Path(model).name} if not is_url(model) else {model}
 
 

@@ -29,7 +29,7 @@ NOT_ADVICE = {
     ("batchscore.errors", "--max-tokens"),
     ("batchscore.errors", "--metrics-file"),
     ("batchscore.errors", "--json"),  # exit 74's meaning: `report --json` prints its product
-    ("batchscore.models.source.hub", "--revision"),  # `hf download ID --revision R`
+    ("batchscore.models.source.hub", "--revision"),  # `batchscore fetch ID --revision R`
 }
 
 

@@ -40,6 +40,7 @@ def official(body: dict, kind: str) -> object:
 
 
 def serve(requests: list[str], tmp_path: Path, model: str, *extra: str) -> list[dict]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     source, target = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
     source.write_text("\n".join(requests) + "\n")
     args = ["-i", str(source), "-o", str(target), "--model", model]
@@ -287,7 +288,7 @@ def test_a_chat_request_over_the_models_context_is_its_own_error_line(
     its max_tokens, or for the default completion) is its own 400 ``context_length_exceeded``
     line in OpenAI's words, never a prompt cut to fit; a message holding half an emoji is its
     own line too; the others are served whole. A file where no chat request fits still gets
-    its results file."""
+    its results file, and exits 3: not one request was served."""
     chat = "/v1/chat/completions"
     short = [{"role": "user", "content": "a question about the data"}]
     medium = [{"role": "user", "content": "the first report " * 10}]
@@ -325,5 +326,103 @@ def test_a_chat_request_over_the_models_context_is_its_own_error_line(
     assert lines[1]["response"]["body"]["usage"]["prompt_tokens"] == prompt
     alone = tmp_path / "alone"
     alone.mkdir()
-    (only,) = serve([request("huge", chat, messages=short, max_tokens=400)], alone, str(chat_path))
+    (alone / "requests.jsonl").write_text(request("huge", chat, messages=short, max_tokens=400))
+    args = ["-i", str(alone / "requests.jsonl"), "-o", str(alone / "results.jsonl")]
+    done = invoke("run-batch", *args, "--model", str(chat_path), "--set", "model.precision=fp32")
+    assert done.exit_code == 3, done.output
+    (only,) = results(alone / "results.jsonl")
     assert only["error"]["code"] == over
+
+
+# The example lines of OpenAI's Batch guide, as teams write them: each body names an OpenAI model
+OPENAI_EMBEDDINGS = [
+    {
+        "custom_id": "request-1",
+        "method": "POST",
+        "url": "/v1/embeddings",
+        "body": {"model": "text-embedding-3-small", "input": "Hello world!"},
+    },
+    {
+        "custom_id": "request-2",
+        "method": "POST",
+        "url": "/v1/embeddings",
+        "body": {
+            "model": "text-embedding-3-small",
+            "input": ["The food was delicious", "and the waiter was friendly."],
+            "encoding_format": "float",
+        },
+    },
+]
+
+
+def openai_chat(custom_id: str, system: str) -> dict:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hello world!"}]
+    body = {"model": "gpt-4o-mini", "messages": messages, "max_tokens": 8}  # the guide asks 1000
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def test_openai_example_lines_are_served_under_the_names_they_give(tmp_path: Path, chat_path):
+    """--served-model-name, as vLLM's flag of that name: the names replace the model's own in
+    the requests (a body naming the model's own name is then another model's), any of them is
+    served, and every response's ``model`` is the first. Files written as OpenAI's Batch guide
+    shows serve as they are, and the results parse with the openai package's types."""
+    names = ("--served-model-name", "text-embedding-3-small")
+    own = {**OPENAI_EMBEDDINGS[0], "custom_id": "own-name"}
+    own["body"] = {**own["body"], "model": EMBED_MODEL}
+    unnamed = {**OPENAI_EMBEDDINGS[0], "custom_id": "no-model", "body": {"input": "no model"}}
+    lines = [json.dumps(line) for line in [*OPENAI_EMBEDDINGS, own, unnamed]]
+    served = serve(lines, tmp_path / "embed", EMBED_MODEL, *names)
+    assert [line["error"] and line["error"]["code"] for line in served] == [
+        None,
+        None,
+        "model_mismatch",
+        None,
+    ]
+    for line in (served[0], served[1], served[3]):
+        parsed = official(line["response"]["body"], "embeddings")
+        assert parsed.model == "text-embedding-3-small" and parsed.usage.prompt_tokens > 0
+    assert len(official(served[1]["response"]["body"], "embeddings").data) == 2
+    assert "--served-model-name" in served[2]["error"]["message"]
+    aliases = (*names, "--served-model-name", "text-embedding-ada-002")
+    ada = {**OPENAI_EMBEDDINGS[0], "body": {"model": "text-embedding-ada-002", "input": "hi"}}
+    (first,) = serve([json.dumps(ada)], tmp_path / "ada", EMBED_MODEL, *aliases)
+    assert first["error"] is None
+    assert first["response"]["body"]["model"] == "text-embedding-3-small"  # the first name
+    chats = [json.dumps(openai_chat(f"request-{i}", s)) for i, s in enumerate(("Be kind.", "Be"))]
+    answered = serve(chats, tmp_path / "chat", str(chat_path), "--served-model-name", "gpt-4o-mini")
+    for line in answered:
+        assert line["error"] is None, line
+        assert official(line["response"]["body"], "chat").model == "gpt-4o-mini"
+
+
+def test_without_served_names_openai_example_lines_fail_and_say_how(tmp_path: Path):
+    """Without --served-model-name a file naming OpenAI's model is never answered by another
+    model: every line is its error line, the results file is written, and the command exits
+    3 (no request could be served), saying how many lines and why."""
+    source, target = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in OPENAI_EMBEDDINGS))
+    args = ["-i", str(source), "-o", str(target), "--model", EMBED_MODEL]
+    done = invoke("run-batch", *args, "--set", "model.precision=fp32")
+    assert done.exit_code == 3, done.output
+    assert "no request" in done.stderr and "2 lines" in done.stderr
+    assert "model_mismatch" in done.stderr and "--served-model-name" in done.stderr
+    assert [line["error"]["code"] for line in results(target)] == ["model_mismatch"] * 2
+    assert "Traceback" not in done.output
+
+
+def test_a_file_with_no_servable_line_exits_3_whatever_the_reason(tmp_path: Path):
+    """Lines refused as they are read (not JSON, another url) and requests the model failed
+    alike: when not one request was answered, run-batch exits 3 with every error line
+    written; one served line among them is exit 0."""
+    bad = ["{broken", request("u", "/v1/completions", prompt="hi"), request("e", input="")]
+    source, target = tmp_path / "requests.jsonl", tmp_path / "results.jsonl"
+    source.write_text("\n".join(bad) + "\n")
+    args = ["-i", str(source), "-o", str(target), "--model", EMBED_MODEL]
+    done = invoke("run-batch", *args, "--set", "model.precision=fp32")
+    assert done.exit_code == 3, done.output
+    assert len(results(target)) == 3
+    assert all(line["error"] for line in results(target))
+    source.write_text("\n".join([*bad, request("ok", input="served")]) + "\n")
+    again = invoke("run-batch", *args, "--set", "model.precision=fp32")
+    assert again.exit_code == 0, again.output
+    assert [line["error"] is None for line in results(target)] == [False, False, False, True]

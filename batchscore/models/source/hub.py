@@ -4,7 +4,8 @@ Inside the cache, the layout (``models--{org}--{name}``, ``refs/{branch or tag}`
 commit, ``snapshots/{commit}/``) is huggingface_hub's to read: `snapshot` asks
 ``snapshot_download(local_files_only=True)``, which resolves a branch, tag or commit hash to its
 snapshot folder as transformers and sentence-transformers would, and knows a snapshot its own
-download left incomplete. Nothing is ever downloaded.
+download left incomplete. Nothing is downloaded here: `batchscore fetch` alone does that
+(`download.py`), into this same cache, so that jobs naming a model resolve it offline after.
 
 The cache folder itself is named here, per call, from the variables the caller passes
 (`hub_cache`, by huggingface_hub's own rules): huggingface_hub reads ``HF_HOME`` and
@@ -21,12 +22,34 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from batchscore.errors import ModelError
 from batchscore.job.revision import revision_problem
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
+# The files of a hub repository batchscore reads (fnmatch patterns, as huggingface_hub takes
+# them; "*" spans folders, so a sentence-transformers module's own files match too): configs
+# (config.json, tokenizer_config.json, modules.json, generation_config.json, ...), safetensors
+# weights and their shard index, and tokenizer files (tokenizer.json, vocab.txt, merges.txt,
+# sentencepiece models, chat_template.jinja). `batchscore fetch` downloads these, and a
+# snapshot is complete when it holds these of its commit's files: a README, ONNX or OpenVINO
+# exports, or pickle weights left on the hub are not missing.
+READ_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja")
+PICKLE_PATTERNS = ("*pytorch_model*.bin",)  # transformers' pickle weights: asked for only
+
+
+@dataclass(frozen=True)
+class CachedRevision:
+    """One commit of a model the cache holds: the refs (branches, tags) naming it, its snapshot
+    folder, and its files' size on disk."""
+
+    repo_id: str
+    commit: str
+    refs: tuple[str, ...]
+    path: Path
+    size: int
 
 
 def hub_cache(env: Mapping[str, str]) -> Path:
@@ -60,9 +83,17 @@ def repo_folder(cache: Path, repo_id: str) -> Path:
     return cache / repo_folder_name(repo_id=repo_id, repo_type="model")
 
 
-def snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | None:
+def read_patterns(allow_pickle: bool = False) -> list[str]:
+    """The files of a repository batchscore reads; pickle weights only where a job allows them."""
+    return [*READ_PATTERNS, *(PICKLE_PATTERNS if allow_pickle else ())]
+
+
+def snapshot(
+    cache: Path, repo_id: str, revision: str | None, allow_pickle: bool = False
+) -> Path | None:
     """The snapshot folder of ``repo_id`` at ``revision`` (default "main") in ``cache``, or None
-    when the cache does not hold it; `ModelError` for a snapshot the cache knows is incomplete.
+    when the cache does not hold it; `ModelError` for a snapshot the cache knows is incomplete
+    (a file batchscore reads missing from it: `read_patterns`).
 
     A revision that is no ref name (an absolute path, a "..": `[model].revision` refuses them)
     is never handed on, and a ref that names anything but a commit finds nothing: no file
@@ -77,7 +108,13 @@ def snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | None:
 
     try:
         found = Path(
-            snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=True)
+            snapshot_download(
+                repo_id,
+                revision=revision,
+                cache_dir=cache,
+                local_files_only=True,
+                allow_patterns=read_patterns(allow_pickle),
+            )
         )
     except LocalEntryNotFoundError as exc:
         incomplete = getattr(exc, "snapshot_path", None)  # IncompleteSnapshotError's
@@ -89,6 +126,33 @@ def snapshot(cache: Path, repo_id: str, revision: str | None) -> Path | None:
     return found if inside and COMMIT.fullmatch(found.name) and found.is_dir() else None
 
 
+def cached_models(cache: Path) -> tuple[list[CachedRevision], list[str]]:
+    """Every model commit ``cache`` holds, as huggingface_hub's ``scan_cache_dir`` sees them
+    (datasets and spaces left out), and what it could not read there, in words. A cache that
+    does not exist holds none."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        info = scan_cache_dir(cache)
+    except CacheNotFound:
+        return [], []
+    found = [
+        CachedRevision(
+            repo.repo_id,
+            revision.commit_hash,
+            tuple(sorted(revision.refs)),
+            revision.snapshot_path,
+            revision.size_on_disk,
+        )
+        for repo in info.repos
+        if repo.repo_type == "model"
+        for revision in repo.revisions
+    ]
+    found.sort(key=lambda r: (r.repo_id.lower(), "main" not in r.refs, r.refs, r.commit))
+    return found, [str(warning) for warning in info.warnings]
+
+
 def fetch_command(repo_id: str, revision: str | None) -> str:
-    """The command that puts ``repo_id`` in the cache, on a machine that can reach the hub."""
-    return f"hf download {repo_id}" + (f" --revision {revision}" if revision else "")
+    """The command that puts ``repo_id`` in the cache, where the network reaches the hub."""
+    return f"batchscore fetch {repo_id}" + (f" --revision {revision}" if revision else "")

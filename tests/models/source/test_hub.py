@@ -105,7 +105,8 @@ def test_a_missing_id_says_where_it_looked_and_how_to_fetch_it(
     message = str(info.value)
     assert '"BAAI/bge-small-en-v1.5"' in message
     assert f"searched {cache / 'models--BAAI--bge-small-en-v1.5'}" in message
-    assert "`hf download BAAI/bge-small-en-v1.5`" in message and "never downloads" in message
+    assert "`batchscore fetch BAAI/bge-small-en-v1.5`" in message and "never download" in message
+    assert "batchscore models" in message
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     job = write_job(
         tmp_path / "j.toml",
@@ -115,7 +116,7 @@ def test_a_missing_id_says_where_it_looked_and_how_to_fetch_it(
     )
     result = CliRunner().invoke(main, ["validate", str(job)], catch_exceptions=False)
     assert result.exit_code == 4, result.stderr
-    assert "`hf download acme/missing --revision v3`" in result.stderr
+    assert "`batchscore fetch acme/missing --revision v3`" in result.stderr
     with pytest.raises(ModelError, match="neither a built-in model"):
         locate(ModelConfig(task="embed", name="not an id"), {})
 
