@@ -123,9 +123,10 @@ def until_reached(
     printed and returned."""
     ran = 0
     while ran < rounds * examples:
-        run_state_machine_as_test(
-            machine, settings=settings_of(max_examples=examples, stateful_step_count=steps)
-        )
+        # each round draws new sequences: Hypothesis's CI profile (CI=true) derandomizes,
+        # which would replay the first round's every time and never reach a point it missed
+        drawn = settings_of(max_examples=examples, stateful_step_count=steps)
+        run_state_machine_as_test(machine, settings=settings(drawn, derandomize=False))
         ran += examples
         kills.round_ended()
         if not kills.unreached() and ran >= at_least:
