@@ -117,7 +117,7 @@ bench-generate: dev
 # The peers, each in its own environment (their pins conflict: optimum-onnx needs transformers
 # < 4.58, optimum-intel < 5.6), every package pinned in scripts/peers/NAME.txt and installed
 # without resolving, after the same CPU torch. Then every variant side by side (about half an
-# hour): `make bench-peers ARGS="--rows 300 --repeats 1"` for a quick look.
+# hour): `make bench-peers ARGS="--rows 300 --repeats 3"` for a quick look.
 PEERS := .bench/peers
 PEER_ENVS := $(foreach peer,torch onnx openvino,$(PEERS)/$(peer)/.built)
 

@@ -1,11 +1,12 @@
 """Side-by-side throughput benchmark: batchscore vs the naive baseline vs sentence-transformers.
 
 Every variant runs as its own process over the same texts, model and threads, interleaved and
-repeated (medians), because this machine is shared and noisy: compare the ratios, not the
-absolute numbers. Prints throughput, padding efficiency, the useful FLOP rate as a share of a
-matmul peak measured here, model-busy share, start-up (process start to first batch scored,
-beside `python -c "import torch"` in the same rounds), peak RSS and its growth when the input
-grows 10x, and each precision's fidelity against fp32.
+repeated (medians, with each variant's range), because this machine is shared and noisy:
+compare the ratios, not the absolute numbers. Each ratio is the median of its rounds' own
+ratios, with their range (scripts/rounds.py). Prints throughput, padding efficiency, the useful
+FLOP rate as a share of a matmul peak measured here, model-busy share, start-up (process start
+to first batch scored, beside `python -c "import torch"` in the same rounds), peak RSS and its
+growth when the input grows 10x, and each precision's fidelity against fp32.
 
 "batchscore default" is a job with no precision or max_tokens key ("auto"), run two ways: "cold"
 with an empty cache folder every time (a fresh container, a CronJob, CI), and "warm" with the
@@ -13,7 +14,7 @@ bench's shared cache folder, `.bench/xdg` (emptied first, then filled by a run n
 every later job on one machine finds it.
 
     python scripts/bench.py                 # the full run recorded in BENCHMARKS.md
-    python scripts/bench.py --rows 600 --repeats 1 --no-rss   # a quick look
+    python scripts/bench.py --rows 600 --repeats 3 --no-rss   # a quick look
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+import rounds  # noqa: E402
 import sample_corpus  # noqa: E402
 
 THREADS = 2
@@ -222,7 +224,7 @@ def median(runs: list[dict], key: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=rounds.count(), default=3)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--no-rss", action="store_true", help="skip the 10x-input RSS check")
     parser.add_argument("--work", type=Path, default=ROOT / ".bench")
@@ -293,11 +295,10 @@ def main() -> None:
     )
     print()
     print(
-        f"{'variant':<34} {'process s':>9} {'texts/s':>8} {'steady/s':>8} {'pad eff':>7} "
-        f"{'tokens/s':>8} {'%peak':>6} {'busy':>5} {'busy*':>5} {'start s':>7} {'1st batch':>9} "
-        f"{'RSS MiB':>7}"
+        f"{'variant':<34} {'process s':>9} {'range s':>9} {'texts/s':>8} {'steady/s':>8} "
+        f"{'pad eff':>7} {'tokens/s':>8} {'%peak':>6} {'busy':>5} {'busy*':>5} {'start s':>7} "
+        f"{'1st batch':>9} {'RSS MiB':>7}"
     )
-    summary = {}
     for name, rs in runs.items():
         process = median(rs, "process_s")
         if name == "sentence-transformers":
@@ -314,36 +315,38 @@ def main() -> None:
         chosen = rs[-1].get("precision", "fp32") if name != "sentence-transformers" else "fp32"
         precision = "bf16" if chosen == "bf16" else "fp32"  # int8: its share of the fp32 peak
         share = flops / steady_s / 1e9 / peak[precision]
-        summary[name] = {"process_s": process, "steady_s": steady_s}
         print(
-            f"{name:<34} {process:>9.1f} {len(texts) / process:>8.1f} "
-            f"{len(texts) / steady_s:>8.1f} {eff:>7.3f} {tokens_s:>8.0f} {share:>6.1%} "
-            f"{busy:>5.0%} {scoring:>5.0%} {start_s:>7.1f} {first:>9.2f} "
-            f"{median(rs, 'rss_mib'):>7.0f}"
+            f"{name:<34} {process:>9.1f} {rounds.spread([r['process_s'] for r in rs]):>9} "
+            f"{len(texts) / process:>8.1f} {len(texts) / steady_s:>8.1f} {eff:>7.3f} "
+            f"{tokens_s:>8.0f} {share:>6.1%} {busy:>5.0%} {scoring:>5.0%} {start_s:>7.1f} "
+            f"{first:>9.2f} {median(rs, 'rss_mib'):>7.0f}"
         )
     label = 'python -c "import torch"'
-    print(f"{label:<34} {statistics.median(torch_s):>9.1f}")
+    print(f"{label:<34} {statistics.median(torch_s):>9.1f} {rounds.spread(torch_s):>9}")
 
-    fp32, int8 = summary["batchscore fp32"], summary["batchscore int8"]
-    naive, st = summary["naive fp32 (sort=false, 32 rows)"], summary["sentence-transformers"]
-    default, warm = summary["batchscore default, cold"], summary["batchscore default, warm"]
-    ratios = {
-        "default cold vs sentence-transformers, whole process": st["process_s"]
-        / default["process_s"],
-        "default warm vs sentence-transformers, whole process": st["process_s"] / warm["process_s"],
-        "default cold vs fp32, whole process": fp32["process_s"] / default["process_s"],
-        "fp32 vs sentence-transformers, whole process": st["process_s"] / fp32["process_s"],
-        "fp32 vs naive, whole process": naive["process_s"] / fp32["process_s"],
-        "int8 vs fp32, steady state (model busy)": fp32["steady_s"] / int8["steady_s"],
+    walls = {name: [r["process_s"] for r in rs] for name, rs in runs.items()}
+    steady = {
+        name: [r.get("model_busy_s", r.get("encode_s")) for r in rs] for name, rs in runs.items()
+    }
+    st, naive = "sentence-transformers", "naive fp32 (sort=false, 32 rows)"
+    cold, warm = "batchscore default, cold", "batchscore default, warm"
+    fp32, int8, bf16 = "batchscore fp32", "batchscore int8", "batchscore bf16"
+    ratios = {  # each round's figures over the same round's: the rounds ran interleaved
+        "default cold vs sentence-transformers, whole process": (walls[st], walls[cold]),
+        "default warm vs sentence-transformers, whole process": (walls[st], walls[warm]),
+        "default cold vs fp32, whole process": (walls[fp32], walls[cold]),
+        "fp32 vs sentence-transformers, whole process": (walls[st], walls[fp32]),
+        "fp32 vs naive, whole process": (walls[naive], walls[fp32]),
+        "int8 vs fp32, steady state (model busy)": (steady[fp32], steady[int8]),
         "int8 vs fp32, whole process (gate and calibration included)": (
-            fp32["process_s"] / int8["process_s"]
+            walls[fp32],
+            walls[int8],
         ),
     }
     if native:
-        bf16 = summary["batchscore bf16"]
-        ratios["bf16 vs fp32, steady state (model busy)"] = fp32["steady_s"] / bf16["steady_s"]
-        ratios["bf16 vs fp32, whole process"] = fp32["process_s"] / bf16["process_s"]
-        ratios["int8 vs bf16, steady state (model busy)"] = bf16["steady_s"] / int8["steady_s"]
+        ratios["bf16 vs fp32, steady state (model busy)"] = (steady[fp32], steady[bf16])
+        ratios["bf16 vs fp32, whole process"] = (walls[fp32], walls[bf16])
+        ratios["int8 vs bf16, steady state (model busy)"] = (steady[bf16], steady[int8])
     else:
         print("batchscore bf16: refused here, the CPU has no native bf16 (AVX-512 BF16 or AMX)")
     print(
@@ -362,8 +365,8 @@ def main() -> None:
         )
     print(f"(the warm cache's first run, not counted: {first_run['process_s']:.1f} s)")
     print("\nratios (higher is better for batchscore):")
-    for what, ratio in ratios.items():
-        print(f"  {what:<46} {ratio:.2f}x")
+    for what, (numerators, denominators) in ratios.items():
+        print(f"  {what:<46} {rounds.ratio(numerators, denominators)}")
     ids = table["doc_id"].to_pylist()
     reference = embeddings(jobs["batchscore fp32"].parent / "out", ids)
     low, mean = cosines(embeddings(jobs["batchscore default, cold"].parent / "out", ids), reference)
@@ -377,13 +380,14 @@ def main() -> None:
     low, mean = cosines(np.load(work / "st.npy"), reference)
     print(f"  sentence-transformers vs batchscore fp32 cosine min / mean: {low:.6f} / {mean:.6f}")
     if not args.no_rss:
-        rss_growth(work, args.rows)
+        rss_growth(work, args.rows, args.repeats)
 
 
-def rss_growth(work: Path, rows: int) -> None:
-    """Peak RSS at 1x and 10x the input (short rows, bf16, so the 10x run stays quick)."""
+def rss_growth(work: Path, rows: int, repeats: int) -> None:
+    """Peak RSS at 1x and 10x the input (short rows, bf16, so the 10x run stays quick), in
+    ``repeats`` interleaved rounds."""
     print()
-    results = {}
+    jobs = {}
     for factor in (1, 10):
         folder = work / f"rss-{factor}x"
         data = folder / "data"
@@ -391,15 +395,18 @@ def rss_growth(work: Path, rows: int) -> None:
         for old in data.glob("*.parquet"):
             old.unlink()
         sample_corpus.write_shards(sample(rows, repeat=factor), data, shards=4 * factor)
-        job = job_file(folder, data, precision="bf16", max_length=32)
-        results[factor] = batchscore_run(job)
-        r = results[factor]
+        jobs[factor] = job_file(folder, data, precision="bf16", max_length=32)
+    results: dict[int, list[dict]] = {factor: [] for factor in jobs}
+    for _ in range(repeats):
+        for factor, job in jobs.items():
+            results[factor].append(batchscore_run(job))
+    rss = {factor: [r["rss_mib"] for r in rs] for factor, rs in results.items()}
+    for factor, rs in results.items():
         print(
-            f"  {factor:>2}x input ({rows * factor:,} rows): peak RSS {r['rss_mib']:.0f} MiB, "
-            f"{r['rows_per_s']:.0f} rows/s"
+            f"  {factor:>2}x input ({rows * factor:,} rows): peak RSS {median(rs, 'rss_mib'):.0f} "
+            f"MiB (range {rounds.spread(rss[factor], 0)}), {median(rs, 'rows_per_s'):.0f} rows/s"
         )
-    growth = results[10]["rss_mib"] / results[1]["rss_mib"]
-    print(f"peak RSS growth for 10x the input: {growth:.3f}x")
+    print(f"peak RSS growth for 10x the input: {rounds.ratio(rss[10], rss[1], digits=3)}")
 
 
 if __name__ == "__main__":

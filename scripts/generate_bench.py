@@ -12,9 +12,11 @@ slows each alike:
     no prefix   the scheduler with every prompt computed whole
 
 Times are model time only (no loading, no Parquet). Each round prints its ratios; the summary
-takes each mode's fastest round. Outputs must be identical in all three modes.
+gives each mode's median seconds with their range, and each ratio as the median of its rounds'
+own ratios with their range (scripts/rounds.py). Outputs must be identical in all three modes.
 
-    python scripts/generate_bench.py --rows 256 --repeat 2
+    python scripts/generate_bench.py                       # the run in BENCHMARKS.md
+    python scripts/generate_bench.py --rows 256 --rounds 3   # a quick look
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "scripts"))
+import rounds  # noqa: E402
 
 HEAD = "Write the first sentence of the docstring of the Python object named below.\nName: "
 MODES = ("static", "continuous", "no prefix")
@@ -104,7 +107,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8192)
     parser.add_argument("--max-rows", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--rounds", "--repeat", dest="rounds", type=rounds.count(), default=3, help="interleaved"
+    )
     args = parser.parse_args()
     if not args.corpus.is_dir():
         sys.exit(f"needs {args.corpus}: run `make setup` first")
@@ -125,17 +130,16 @@ def main() -> None:
         units = np.arange(len(encoded.lengths))
         order = batches(encoded, units, args.max_tokens, max_rows=args.max_rows, sort=True)
         run(task, encoded, order[:1], "static", args)  # warm-up: first calls pay set-up costs
-        best: dict[str, float] = {}
+        seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
         outputs: dict[str, list] = {}
         reused = 0
-        for round_ in range(args.repeat):
-            times = {}
+        for round_ in range(args.rounds):  # interleaved: every mode once a round
             for mode in MODES:
-                times[mode], outputs[mode], used = run(task, encoded, order, mode, args)
-                best[mode] = min(best.get(mode, float("inf")), times[mode])
+                took, outputs[mode], used = run(task, encoded, order, mode, args)
+                seconds[mode].append(took)
                 reused = max(reused, used)
-            speedup = times["static"] / times["continuous"]
-            saving = times["no prefix"] / times["continuous"]
+            speedup = seconds["static"][-1] / seconds["continuous"][-1]
+            saving = seconds["no prefix"][-1] / seconds["continuous"][-1]
             print(
                 f"round {round_ + 1}: continuous/static {speedup:.2f}x, prefix saving {saving:.2f}x"
             )
@@ -146,21 +150,22 @@ def main() -> None:
         f"{encoded.lengths.max()} each), greedy, answers {min(lengths)}-{max(lengths)} tokens "
         f"(median {statistics.median(lengths):.0f}, max_new_tokens {args.new_tokens}), "
         f"max_tokens {args.max_tokens}, max_rows {args.max_rows}, {args.threads} thread(s), "
-        f"fastest of {args.repeat} rounds"
+        f"medians of {args.rounds} interleaved rounds"
     )
-    print(f"{'mode':>10} {'gen tokens':>11} {'seconds':>8} {'gen tok/s':>10} {'vs static':>10}")
+    header = f"{'mode':>10} {'gen tokens':>11} {'seconds':>8} {'range s':>11} {'gen tok/s':>10}"
+    print(f"{header}  vs static")
     for mode in MODES:
-        rate = generated / best[mode]
-        ratio = best["static"] / best[mode]
-        print(f"{mode:>10} {generated:>11,} {best[mode]:>8.2f} {rate:>10,.0f} {ratio:>9.2f}x")
-    print(
-        f"continuous batching: {best['static'] / best['no prefix']:.2f}x static without prefix "
-        f"reuse, {best['static'] / best['continuous']:.2f}x with it"
-    )
+        median = statistics.median(seconds[mode])
+        rate, spread = generated / median, rounds.spread(seconds[mode], 2)
+        ratio = rounds.ratio(seconds["static"], seconds[mode])
+        print(f"{mode:>10} {generated:>11,} {median:>8.2f} {spread:>11} {rate:>10,.0f}  {ratio}")
+    static, whole = seconds["static"], seconds["no prefix"]
+    print(f"continuous batching vs static, without prefix reuse: {rounds.ratio(static, whole)}")
+    print(f"continuous batching vs static, with it: {rounds.ratio(static, seconds['continuous'])}")
     print(
         f"prefix reuse alone: {reused:,} of {prompt_tokens:,} prompt tokens "
-        f"({reused / prompt_tokens:.0%}) read from the cache, "
-        f"{best['no prefix'] / best['continuous']:.2f}x the speed without it"
+        f"({reused / prompt_tokens:.0%}) read from the cache; the speed with it vs without: "
+        f"{rounds.ratio(seconds['no prefix'], seconds['continuous'])}"
     )
     same = all(
         [t.tolist() for t in outputs[m]] == [t.tolist() for t in outputs["static"]] for m in MODES

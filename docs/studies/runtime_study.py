@@ -6,8 +6,10 @@ where the CPU has bf16 units, int8 where it has int8 kernels) on both runtimes: 
 runs it (fp32 with packed Linear weights, `batchscore.runtime.packing`; bf16 cast; int8
 calibrated on other corpus texts), OpenVINO as `[model].runtime = "auto"` builds it.
 Interleaved rounds, each model's first round (new shapes) reported apart from the median of
-the rest; padded tokens per second, the largest difference of the hidden states from torch's
-at the same precision, and the worst cosine of the mean-pooled embeddings against fp32.
+the rest (and their range); padded tokens per second, the largest difference of the hidden
+states from torch's at the same precision, and the worst cosine of the mean-pooled embeddings
+against fp32. Each ratio is the median of the counted rounds' own ratios, with their range
+(scripts/rounds.py), so ``--rounds`` is at least 4: three counted after the first.
 
     python docs/studies/runtime_study.py
 """
@@ -38,13 +40,15 @@ from batchscore.runtime.packing import pack_linears
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench
+import rounds
 import sample_corpus
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=4)
+    why = " after the first (new shapes), which is reported apart"
+    parser.add_argument("--rounds", type=rounds.count(rounds.LEAST + 1, why), default=4)
     parser.add_argument("--max-tokens", type=int, default=16384)
     args = parser.parse_args()
     torch.set_num_threads(bench.THREADS)
@@ -84,12 +88,14 @@ def main() -> None:
                 begin = time.perf_counter()
                 outputs[key] = [model(x, mask).last_hidden_state for x, mask in batches]
                 times[key].append(time.perf_counter() - begin)
-    steady = {key: padded / statistics.median(t[1:]) for key, t in times.items()}
+    counted = {key: t[1:] for key, t in times.items()}  # the first round reported apart
+    steady = {key: padded / statistics.median(t) for key, t in counted.items()}
     for (name, runtime), t in times.items():
         cosine = worst_cosine(outputs[name, runtime], outputs["fp32", "torch"], batches)
+        spread = f"{padded / max(t[1:]):,.0f}-{padded / min(t[1:]):,.0f}"
         print(f"  {name} {runtime:<9} first round {padded / t[0]:8,.0f} padded tokens/s; then "
-              f"{steady[name, runtime]:8,.0f} (median of {len(t) - 1}); min cosine vs fp32 "
-              f"{cosine:.5f}")  # fmt: skip
+              f"{steady[name, runtime]:8,.0f} (median of {len(t) - 1}, range {spread}); min "
+              f"cosine vs fp32 {cosine:.5f}")  # fmt: skip
     for name in [p for p in precisions if (p, "openvino") in models]:
         gap = max(
             float((a.float() - b.float())[mask.bool()].abs().max())
@@ -97,13 +103,13 @@ def main() -> None:
                 outputs[name, "openvino"], outputs[name, "torch"], batches, strict=True
             )
         )
-        ratio = steady[name, "openvino"] / steady[name, "torch"]
-        print(f"{name}: OpenVINO vs torch, per padded token: {ratio:.2f}x; largest "
+        ratio = rounds.ratio(counted[name, "torch"], counted[name, "openvino"])
+        print(f"{name}: OpenVINO vs torch, per padded token: {ratio}; largest "
               f"hidden-state difference {gap:.2g}")  # fmt: skip
     if len(precisions) > 1:
         best = max(steady, key=steady.__getitem__)
-        print(f"fastest: {' on '.join(best)}, {steady[best] / steady['fp32', 'torch']:.2f}x "
-              f"torch fp32")  # fmt: skip
+        ratio = rounds.ratio(counted["fp32", "torch"], counted[best])
+        print(f"fastest: {' on '.join(best)}, {ratio} torch fp32")
 
 
 def calibrate(eager: torch.nn.Module, text: TextEncoder, rows: int) -> None:
