@@ -12,7 +12,7 @@ it is slower than its fp32), else fp32. Beside each cold and warm run, `batchsco
 on the same cache and an empty output folder gives the estimate the run is compared with.
 
     python scripts/bench_cold.py                      # the run in BENCHMARKS.md (make bench)
-    python scripts/bench_cold.py --sizes 300 --repeats 1   # a quick look
+    python scripts/bench_cold.py --sizes 300 --repeats 3   # a quick look
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[300, 3640])
     parser.add_argument("--tasks", nargs="+", default=["embed", "classify"])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=rounds.count(), default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--work", type=Path, default=ROOT / ".bench" / "cold")
     parser.add_argument("--busy", action="store_true", help="keep one core busy beside it all")
