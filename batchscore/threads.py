@@ -68,9 +68,9 @@ class Prefetch(Generic[T]):
     the thread (iterating to the end, or leaving the loop early, closes it too); a failure of
     ``items`` is raised to the consumer at its place in the order."""
 
-    def __init__(self, items: Iterable[T], depth: int) -> None:
+    def __init__(self, items: Iterable[T], depth: int, stop: threading.Event | None = None) -> None:
         self.q: queue.Queue = queue.Queue(maxsize=depth)
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()  # ``items`` may wait on it too (see `Pace`)
         self.thread = threading.Thread(
             target=self._produce, args=(items,), name="batchscore-reader", daemon=True
         )

@@ -62,6 +62,7 @@ class LocalEngine:
         if loaded is not None and loaded.task is not None:  # the gate's model, already prepared
             self.executor, self.task, known = loaded.executor, loaded.task, loaded.known
             self.executor.busy_s = 0.0  # the run's model time starts now
+            self.pace.took(loaded.rows, loaded.seconds)  # the gate timed it: the first window
             self.reading = self.read(chunks, self.task, known)
         else:  # the first windows are read while the model loads
             reads = self.encoding(model_path)  # here, so the reader imports nothing
@@ -91,7 +92,7 @@ class LocalEngine:
             known=known,
             pace=self.pace,
         )
-        return Prefetch(read, depth=2)
+        return Prefetch(read, depth=2, stop=self.pace.stop)  # a reader waiting for the pace
 
     def score(
         self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats

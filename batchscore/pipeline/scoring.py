@@ -93,6 +93,8 @@ class Scorer:
         started = time.monotonic()  # each part says it: the committer's clock (`commit_s`)
         if window.error is not None:
             hand([Scored(window.chunk, error=window.error, started=started)])
+            if self.pace is not None:
+                self.pace.took(0, 0)  # nothing to measure: the reader goes on
             return
         max_tokens = self.budget.for_shard(window.chunk.shard.index)
         cut = window.batches
@@ -102,13 +104,22 @@ class Scorer:
                 window.encoded, window.pending, max_tokens, max_rows=self.max_rows, sort=sort
             )
         handoff = Handoff(self, window, hand, batches=len(cut), started=started)
-        outcome = self.run(window, cut, max_tokens, after_batch=handoff)
+        read = sum(p.rows.read for p in window.parts)
+
+        def after_batch(ran: Ran) -> None:
+            handoff(ran)
+            if self.pace is not None and self.pace.rate is None:  # its first batch: the pace
+                share = ran.share_run()
+                if share > 0:
+                    self.pace.took(round(read * share), time.monotonic() - started)
+
+        outcome = self.run(window, cut, max_tokens, after_batch=after_batch)
         if not len(window.encoded.lengths):
             self.progress.advance(window.table.num_rows, 0)
         count(self.stats, window, outcome.batches)
         handoff.rest(outcome)
         if self.pace is not None:
-            self.pace.took(sum(p.rows.read for p in window.parts), time.monotonic() - started)
+            self.pace.took(read, time.monotonic() - started)
 
     def output(self, window: Window, outcome: Outcome) -> tuple[pa.Table, dict[int, str]]:
         """The window's output rows from the model's results, and the rows that failed."""

@@ -82,6 +82,16 @@ class Ran:
         mask[self.lost] = True
         return mask if window.same_as is None else mask[window.same_as]
 
+    def share_run(self) -> float:
+        """The share of the window's tokens the model has run so far (known units cost
+        nothing, and units run shortest first: a share of units would overstate it)."""
+        lengths = self.window.encoded.lengths
+        mask = np.zeros(len(lengths), dtype=bool)
+        for units in self.done[1:] if self.known_first else self.done:
+            mask[units] = True
+        total = int(lengths.sum())
+        return int(lengths[mask].sum()) / total if total else 0.0
+
     def outcome(self) -> Outcome:
         """Results in unit order, each repeat given its twin's, and the rows that failed.
 
