@@ -13,6 +13,7 @@ concurrent circular import a partial module rather than deadlock): "cannot impor
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from batchscore.job.sections import Job
@@ -92,7 +93,8 @@ class LocalEngine:
             known=known,
             pace=self.pace,
         )
-        return Prefetch(read, depth=2, stop=self.pace.stop)  # a reader waiting for the pace
+        self.pace.stop = threading.Event()  # this reader's: one waiting for the pace stops too
+        return Prefetch(read, depth=2, stop=self.pace.stop)
 
     def score(
         self, chunks: list[Chunk], sink: Sink[list[Scored]], bar: Progress, stats: RunStats
