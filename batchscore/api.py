@@ -30,8 +30,8 @@ from batchscore.job.parse import apply_overrides, apply_values, job_from_dict, r
 from batchscore.job.schema import did_you_mean, show
 from batchscore.job.sections import SECTIONS, TASK_SECTIONS, Job
 from batchscore.observe.logs import slow_steps
-from batchscore.observe.report import RunReport
-from batchscore.recipes.driver import run_job
+from batchscore.observe.run_stats import RunReport
+from batchscore.recipes.run import run_job
 from batchscore.recipes.score import MEMORY, TURN, columns_read, score_rows
 
 __all__ = ["RunReport", "run", "score"]

@@ -133,8 +133,8 @@ def run(
         batchscore run jobs/embed.toml -q --metrics-file embed.prom
     """
     with paused():  # keeps `--help` free of torch imports, and the imports free of collections
-        from batchscore.observe.report import key_figures, summary
-        from batchscore.recipes.driver import run_job
+        from batchscore.observe.run_stats import key_figures, summary
+        from batchscore.recipes.run import run_job
         from batchscore.recipes.stopped import job_or_stopped
 
     quiet = settings().quiet
@@ -178,7 +178,7 @@ def validate(job: str, overrides: tuple[str, ...]) -> None:
         batchscore validate jobs/embed.toml
         batchscore validate jobs/embed.toml --set model.max_length=128
     """
-    from batchscore.recipes.preflight import preflight
+    from batchscore.recipes.validate import preflight
 
     loaded = load(job, overrides)
     facts = preflight(loaded)
@@ -284,7 +284,7 @@ def report(job: str, overrides: tuple[str, ...], out: str, as_json: bool) -> Non
         batchscore report jobs/embed.toml --json
     """
     from batchscore.observe.html import write_page
-    from batchscore.recipes.history import report_numbers
+    from batchscore.recipes.report import report_numbers
 
     numbers = report_numbers(load(job, overrides))
     if as_json:

@@ -28,7 +28,7 @@ import polars as pl
 import pyarrow as pa
 
 from batchscore.errors import InputDataError, JobError
-from batchscore.pipeline.memory import MEMORY
+from batchscore.pipeline.score_table import MEMORY
 from batchscore.work.shards import is_text
 
 TEXT = "text"  # the column texts are read into

@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 from batchscore import faults
 from batchscore.errors import BatchscoreError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import run
 
 

@@ -35,7 +35,7 @@ RANKS = {
     "frames": 12,  # Arrow, polars and pandas frames in and out of score
     "recipes": 11,  # one per command: driver + run, plan + estimate, preflight, status, history
     "engines": 10,  # where the model runs: this process, or Ray actors
-    "measure": 9,  # what a job leaves to measurement: gate, auto, budget, load, cache, settle
+    "measure": 9,  # what a job leaves to measurement: gate, auto, budget, load, cache, decide
     "pipeline": 8,  # the stages: reader, windows and batches, scoring, assembled rows
     "models": 7,  # the task table, its adapters and the fingerprint
     "runtime": 6,  # device, executor, packed weights, the native BERT and its OpenVINO build

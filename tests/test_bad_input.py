@@ -12,7 +12,7 @@ import pytest
 
 from batchscore.errors import BadRowsError, InputDataError, JobError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import output_files, read_output, source_of
 from tests.reliability import make_job
 

@@ -163,9 +163,9 @@ def test_what_other_libraries_write_is_json_too(embed_job: Path, monkeypatch):
     carrying it; without, it passes as it was written."""
     import sys
 
-    from batchscore.recipes import preflight
+    from batchscore.recipes import validate
 
-    real = preflight.preflight
+    real = validate.preflight
 
     def chatty(job):
         library = logging.getLogger("chatty-library")
@@ -177,7 +177,7 @@ def test_what_other_libraries_write_is_json_too(embed_job: Path, monkeypatch):
         print("to stdout")
         return real(job)
 
-    monkeypatch.setattr(preflight, "preflight", chatty)
+    monkeypatch.setattr(validate, "preflight", chatty)
     result = invoke("validate", str(embed_job), "--log-format", "json")
     assert result.exit_code == 0, result.output
     err = [json.loads(line) for line in result.stderr.splitlines()]

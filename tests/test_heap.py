@@ -8,7 +8,7 @@ from pathlib import Path
 
 from batchscore.heap import Frozen, paused
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 
 
 class Node:

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from tests.conftest import read_output, record_of, write_job
 from tests.reliability import make_job

@@ -261,7 +261,7 @@ def test_a_missing_extra_names_itself(extra: str, monkeypatch: pytest.MonkeyPatc
 NEEDS: dict[str, Callable[[Any], bool]] = {
     "images": lambda job: job.input.image is not None,
     "structured": lambda job: any(
-        getattr(job.task, key, None) is not None for key in ("json_schema", "choices", "regex")
+        getattr(job.options, key, None) is not None for key in ("json_schema", "choices", "regex")
     ),
     "delta": lambda job: job.output.format == "delta",
     "ray": lambda job: job.engine == "ray",

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import ROOT, write_job
 
 SECTION = (ROOT / "README.md").read_text().split("## The output folder", 1)[1].split("\n## ", 1)[0]

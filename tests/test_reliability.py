@@ -16,7 +16,7 @@ import pytest
 from batchscore import faults
 from batchscore.errors import InputDataError, TransientIOError, WriteError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import start
 from tests.conftest import read_output
 from tests.reliability import (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import start, wait_for_commits
 from tests.conftest import read_output
 

@@ -12,7 +12,7 @@ import pytest
 
 from batchscore.errors import ModelError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import read_output
 from tests.reliability import make_job
 

@@ -15,7 +15,7 @@ from batchscore.engines.ray import RayEngine
 from batchscore.job.sections import Job
 from batchscore.measure.gate import Trial
 from batchscore.observe.progress import Progress
-from batchscore.observe.report import RunStats
+from batchscore.observe.run_stats import RunStats
 from batchscore.threads import Sink
 from batchscore.work.units import Chunk, Scored, Shard
 

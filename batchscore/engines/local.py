@@ -22,7 +22,7 @@ from batchscore.measure.load import load_at
 from batchscore.models.base import Encoding, Task
 from batchscore.models.tasks import encoding, input_kinds
 from batchscore.observe.progress import Progress
-from batchscore.observe.report import RunStats
+from batchscore.observe.run_stats import RunStats
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.pace import Pace
 from batchscore.pipeline.scoring import Scorer
@@ -37,7 +37,7 @@ class LocalEngine:
 
     def __init__(self, job: Job) -> None:
         self.job = job
-        self.kinds = input_kinds(job.model.task, job.input, job.task)  # the columns it reads
+        self.kinds = input_kinds(job.model.task, job.input, job.options)  # the columns it reads
         self.executor = Executor(job.model)  # checks device and precision before any work
         self.device, self.precision = str(self.executor.device), self.executor.precision
         self.task: Task | None = None
@@ -76,7 +76,7 @@ class LocalEngine:
         """The task's own encoding (its tokenizer and config: no weights needed), so reading
         need not wait for the model."""
         job = self.job
-        return encoding(model_path, model=job.model, options=job.task, inp=job.input)
+        return encoding(model_path, model=job.model, options=job.options, inp=job.input)
 
     def read(
         self, chunks: list[Chunk], task: Encoding, known: Known | None = None

@@ -31,7 +31,7 @@ from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
 from batchscore.models.tasks import input_kinds
 from batchscore.observe.progress import Progress
-from batchscore.observe.report import RunStats
+from batchscore.observe.run_stats import RunStats
 from batchscore.observe.shape import Shape
 from batchscore.pipeline.scoring import Scorer, score_chunk
 from batchscore.pipeline.stages import windows
@@ -123,7 +123,7 @@ class ChunkActor:
         if model.threads is None and not placement.num_gpus:
             model = replace(model, threads=max(1, int(placement.num_cpus)))  # its slots only
         self.job, self.model, self.model_path = job, model, model_path
-        self.kinds = input_kinds(model.task, job.input, job.task)  # the columns it reads
+        self.kinds = input_kinds(model.task, job.input, job.options)  # the columns it reads
         self.scorer: Scorer | None = None
 
     def load(self) -> dict[str, Any]:

@@ -376,11 +376,13 @@ SECTIONS: dict[str, type] = {
     **TASK_SECTIONS,
 }
 Engine = Literal["local", "ray"]
+# The section of the job's own task, one of TASK_SECTIONS' classes
+TaskOptions = EmbedConfig | ClassifyConfig | GenerateConfig | SummarizeConfig | TensorConfig
 
 
 @dataclass(frozen=True)
 class Job:
-    """A whole validated job; `task` holds the section of the job's own task."""
+    """A whole validated job; `options` holds the section of the job's own task (`[embed]`, ...)."""
 
     name: str
     source: Path
@@ -388,7 +390,7 @@ class Job:
     model: ModelConfig
     batching: BatchingConfig
     output: OutputConfig
-    task: Any
+    options: TaskOptions
     quality: QualityConfig = field(default_factory=QualityConfig)
     engine: Engine = "local"  # where chunks are scored: this process, or actors on a Ray cluster
     ray: RayConfig = field(default_factory=RayConfig)

@@ -41,7 +41,7 @@ def trial_budget(job: Job) -> int:
 def job_sample(job: Job, shards: list[Shard] | None = None) -> pa.Table:
     """The rows the job's measurements are made on: its first `[quality].sample_rows` distinct
     rows (`sample_rows`), from ``shards`` as the run listed them (listed here when not given)."""
-    kinds = input_kinds(job.model.task, job.input, job.task)
+    kinds = input_kinds(job.model.task, job.input, job.options)
     listed = shards if shards is not None else find_shards(job.input)
     return sample_rows(job.input, kinds, listed, job.quality.sample_rows)
 
@@ -71,7 +71,7 @@ def load_at(
     task = load_task(
         model_path,
         model=model,
-        options=job.task,
+        options=job.options,
         inp=job.input,
         executor=executor,
         usage=job.output.usage,

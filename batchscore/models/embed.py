@@ -118,7 +118,7 @@ class DenseVectors:
     int8 and uint8 need each dimension's range: the job's ``[embed].ranges``, else measured on
     the first rows this task finishes, which are the quality gate's sample (the job's first
     distinct rows; a dimension they leave with no width is refused, never written as one step):
-    `batchscore.measure.settle` records them with the folder's decision, and every later
+    `batchscore.measure.decide` records them with the folder's decision, and every later
     load of the job (a resumed run, a Ray actor) is given them, so one output never mixes two.
     """
 
@@ -239,7 +239,7 @@ class EmbedTask(Adapter):
 
 def calibrates(options: object) -> bool:
     """Whether the job's vectors need int8 / uint8 ranges measured on its rows: settled once
-    per output folder, from the quality gate's sample (`batchscore.measure.settle`)."""
+    per output folder, from the quality gate's sample (`batchscore.measure.decide`)."""
     return (
         isinstance(options, EmbedConfig)
         and options.quantize in CALIBRATED

@@ -40,14 +40,14 @@ def fingerprint_parts(job: Job, model_path: Path, model_files: str | None = None
     ``model_files``: the model's digest when it was read already."""
     return {
         "task": job.model.task,
-        "task_options": task_options(job.task),
+        "task_options": task_options(job.options),
         "model": job.model.name or job.model.path,
         "model_files": model_files or model_identity(model_path),
         "precision": job.model.precision,
         "max_length": job.model.max_length or "model default",
         "columns": {
             # pairs, not a mapping: the order of feature columns matters
-            "inputs": list(input_kinds(job.model.task, job.input, job.task).items()),
+            "inputs": list(input_kinds(job.model.task, job.input, job.options).items()),
             "carried": list(job.input.carried),
         },
         "on_error": job.output.on_error,
@@ -58,7 +58,7 @@ def fingerprint_parts(job: Job, model_path: Path, model_files: str | None = None
         # a folder's files are a table's or not: a Parquet folder never turns into a Delta table
         **({"format": job.output.format} if job.output.format != "parquet" else {}),
         **({"increments": "rows"} if job.input.by_rows else {}),
-        **model_parts(job.model, model_path, job.task),
+        **model_parts(job.model, model_path, job.options),
     }
 
 
@@ -69,7 +69,7 @@ def identity(job: Job, model_path: Path) -> Identity:
     lacks a file it needs (its weights, its config), as loading it would say."""
     files = read_model_files(model_path)
     model, task = job.model, job.model.task
-    check_model(task, model_path, options=job.task, allow_pickle=model.allow_pickle)
+    check_model(task, model_path, options=job.options, allow_pickle=model.allow_pickle)
     parts = fingerprint_parts(job, model_path, files.digest)
     parts = json.loads(json.dumps(parts, default=str))
     return Identity(

@@ -49,7 +49,7 @@ def check_outputs(job: Job) -> None:
     skipped rows carry) would make a file with two fields of one name: a job error. So would
     one that differs from it only in case, for DuckDB, Spark and Hive
     (`batchscore.job.column_names`)."""
-    names = set(TASKS[job.model.task].output_names(job.task))
+    names = set(TASKS[job.model.task].output_names(job.options))
     names.update(f.name for f in error_fields(job.output.on_error))
     if job.output.usage:  # which adapter counts what is known once the model is found: all
         names.update(USAGE)

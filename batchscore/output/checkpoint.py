@@ -126,7 +126,7 @@ class Checkpoint:
         """What an earlier run measured and chose (precision, budget, agreement), if any;
         `Damaged` when it cannot be read, is not the shape a run writes, or holds ranges no run
         could have measured (`batchscore.job.ranges`): such a record is rebuilt from the data
-        files (`batchscore.measure.settle.recorded_decision`), never followed."""
+        files (`batchscore.measure.decide.recorded_decision`), never followed."""
         record = self.read_json(SETTLED, ("precision",))
         if record is None:
             return None

@@ -38,7 +38,7 @@ import pyarrow as pa
 from batchscore import faults
 from batchscore.errors import InputDataError
 from batchscore.job.sections import OutputConfig
-from batchscore.observe.report import RunStats
+from batchscore.observe.run_stats import RunStats
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.delta import fit
 from batchscore.output.keys import key_columns, keys_of, publish_keys

@@ -46,7 +46,7 @@ def file_metadata(
         "batchscore.model_files": claim["parts"]["model_files"],
         PRECISION: precision,
         "batchscore.fingerprint": claim["fingerprint"],
-        **(embed_metadata(job.task) if isinstance(job.task, EmbedConfig) else {}),
+        **(embed_metadata(job.options) if isinstance(job.options, EmbedConfig) else {}),
     }
 
 

@@ -1,7 +1,7 @@
 """What an output folder settled on: the precision (and budget) its first run measured and chose,
 and the ranges int8 / uint8 embeddings are quantized with.
 
-A run that leaves something to measurement (`batchscore.measure.settle`) decides it once per
+A run that leaves something to measurement (`batchscore.measure.decide`) decides it once per
 folder, records it as ``_batchscore/settled.json`` with its first commit, and every later run of
 the folder reuses it, so one output never mixes precisions; the run report carries it too. In
 the code it is a `Decision`; JSON only at the folder's edge (`Checkpoint.settled`, `settle`) and

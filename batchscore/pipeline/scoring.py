@@ -22,7 +22,7 @@ from batchscore.errors import InputDataError
 from batchscore.job.sections import BatchingConfig, InputConfig
 from batchscore.models.base import USAGE, Task
 from batchscore.observe.progress import Progress
-from batchscore.observe.report import RunStats
+from batchscore.observe.run_stats import RunStats
 from batchscore.pipeline.assemble import assemble
 from batchscore.pipeline.continuous import run_stream, streams
 from batchscore.pipeline.pace import Pace

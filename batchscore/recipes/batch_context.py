@@ -33,7 +33,7 @@ def within_context(requests: list[Request], job: Job) -> list[Request]:
     if not chats:
         return requests
     try:  # one new token: the encoding builds for any completion; each request brings its own
-        options = dataclasses.replace(job.task, max_new_tokens=1)
+        options = dataclasses.replace(job.options, max_new_tokens=1)
         prompts = encoding(locate(job.model), model=job.model, options=options, inp=job.input)
     except (JobError, ModelError):
         return requests
@@ -47,7 +47,7 @@ def within_context(requests: list[Request], job: Job) -> list[Request]:
             continue
         messages = min(lengths[row], job.model.max_length or lengths[row])  # a cut asked for
         asked = request.decoding.max_new_tokens
-        completion = (asked or job.task.max_new_tokens) if shared else 0
+        completion = (asked or job.options.max_new_tokens) if shared else 0
         if messages + completion > context:
             why = over(context, messages, completion, defaulted=asked is None)
             refused[request.line] = Refused(request.line, request.custom_id, CODE, why)

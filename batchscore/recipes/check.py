@@ -2,7 +2,7 @@
 
 The job's precision scores the job's sample next to fp32 (for "auto", every precision the
 device runs natively, each timed) and the agreement is judged as a run's gate judges it
-(`batchscore.measure.settle.check`). What this machine measured before for the model is shown
+(`batchscore.measure.decide.check`). What this machine measured before for the model is shown
 beside it, and the measurement replaces it in the cache folder; ``export`` writes it to a file a
 build step can bake into a container image's cache folder.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 from batchscore.errors import QualityGateError
 from batchscore.job.sections import Job
 from batchscore.measure.cache import Entry, open_cache
-from batchscore.measure.settle import check as check_quality
-from batchscore.measure.settle import machine_key
+from batchscore.measure.decide import check as check_quality
+from batchscore.measure.decide import machine_key
 from batchscore.models.fingerprint import model_identity
 from batchscore.models.source.locate import locate
 from batchscore.output.settled import Chosen

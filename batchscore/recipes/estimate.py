@@ -30,9 +30,9 @@ from batchscore.job.sections import Job
 from batchscore.measure.auto import calibration_s, prospects
 from batchscore.measure.budget import model_shape, planned_budget
 from batchscore.measure.cache import Entry, open_cache
+from batchscore.measure.decide import concrete, machine_key
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
-from batchscore.measure.settle import concrete, machine_key
 from batchscore.measure.spend import Ledger, next_to_try
 from batchscore.models.fingerprint import model_identity
 from batchscore.models.source.locate import locate

@@ -86,7 +86,7 @@ def plan_counts(
     """
     ckpt = Checkpoint(job.output.path)
     ckpt.table = delta_table(job, ckpt.store)  # read, never written, here
-    kinds = input_kinds(job.model.task, job.input, job.task)
+    kinds = input_kinds(job.model.task, job.input, job.options)
     shards = find_shards(job.input)
     who = identity(claimed or job, model_path)
     conflict = judge(ckpt, who)  # before the diff: another job's files are not this job's
@@ -104,7 +104,7 @@ def plan_counts(
     )
     if over is not None:  # the job's bad rows are over already: a run fails, scoring or not
         raise BadRowsError(f"{job.source}: a run fails the bad-row gate: {over}")
-    task_encoding = encoding(model_path, model=job.model, options=job.task, inp=job.input)
+    task_encoding = encoding(model_path, model=job.model, options=job.options, inp=job.input)
     to_read = sum(c.picked for c in todo.chunks)
     fraction = min(1.0, sample_rows / to_read) if to_read else 1.0
     timing = min(1.0, timing_rows / to_read) if to_read else 0.0

@@ -46,7 +46,7 @@ from batchscore.recipes.batch_requests import (
 )
 from batchscore.recipes.batch_results import chat_line, embedding_line, error_line, jsonl
 from batchscore.recipes.batch_words import in_batch_words
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.storage.fs import is_url, local_path
 
 CHUNK_ROWS = 1000  # rows per commit: what a killed run-batch may have to score again
@@ -318,7 +318,7 @@ def embed_lines(
 
 def token_counts(job: Job, table: pa.Table) -> dict[int, int]:
     """Tokens the model read per request line (every window of a long text counted)."""
-    encoded = encoding(locate(job.model), model=job.model, options=job.task, inp=job.input)
+    encoded = encoding(locate(job.model), model=job.model, options=job.options, inp=job.input)
     units = encoded.encode(table)
     per_row = np.zeros(table.num_rows, dtype=np.int64)
     np.add.at(per_row, units.rows[units.owners], units.lengths)

@@ -1,9 +1,9 @@
 """`batchscore.score`'s recipe: rows in memory scored as one shard of a job, nothing written.
 
-The model for the call's settings is settled ("auto" measured on the rows' first distinct
+The model for the call's settings is decided ("auto" measured on the rows' first distinct
 inputs, as a job measures on its own), loaded, gated and calibrated once, then kept in this
 process (`LOADED`), so a notebook that scores twice with the same settings pays for it once.
-The rows then go through the run's own stages (`batchscore.pipeline.memory`).
+The rows then go through the run's own stages (`batchscore.pipeline.score_table`).
 
 Calls take turns (`TURN`): a loaded model (its counters, its generation caches, the gate's
 results) serves one call at a time, torch already spreads one call over every core, and two
@@ -24,15 +24,15 @@ from batchscore.errors import InputDataError, JobError
 from batchscore.job.column_names import clashes
 from batchscore.job.sections import Job
 from batchscore.measure.cache import open_cache
+from batchscore.measure.decide import decide
 from batchscore.measure.load import load_at
-from batchscore.measure.settle import settle
 from batchscore.models.base import Task
 from batchscore.models.fingerprint import model_identity
 from batchscore.models.source.locate import locate
 from batchscore.models.tasks import input_kinds
 from batchscore.observe.progress import Progress
 from batchscore.pipeline.known import Known
-from batchscore.pipeline.memory import MEMORY, MEMORY_SHARD, score_table
+from batchscore.pipeline.score_table import MEMORY, MEMORY_SHARD, score_table
 from batchscore.pipeline.stages import first_distinct
 from batchscore.runtime.executor import Executor
 from batchscore.work.row_errors import error_fields, with_errors
@@ -44,7 +44,7 @@ KEEP_LOADED = 2  # models kept loaded (each can be hundreds of MB)
 def columns_read(job: Job) -> dict[str, str]:
     """The columns the job's task reads, each with the kind it must be ("text" or "numeric"):
     what the caller's frame must hold."""
-    return input_kinds(job.model.task, job.input, job.task)
+    return input_kinds(job.model.task, job.input, job.options)
 
 
 def score_rows(
@@ -80,7 +80,7 @@ def score_rows(
             f"score(): the data already has column(s) {', '.join(clash)}, which task "
             f"{task} writes (DuckDB, Spark and Hive ignore case); rename or drop them first"
         )
-    batching = ready.job.batching  # "auto" settled
+    batching = ready.job.batching  # "auto" decided
     known, ready.known = ready.known, None  # the gate's results: for this call's rows alone
     scored, _ = score_table(
         table,
@@ -98,7 +98,7 @@ def score_rows(
 
 @dataclass
 class Ready:
-    """A model loaded for `score_rows`: the concrete job ("auto" settled), its task and
+    """A model loaded for `score_rows`: the concrete job ("auto" decided), its task and
     executor."""
 
     job: Job
@@ -116,7 +116,7 @@ def load(job: Job, table: pa.Table, environ: Mapping[str, str]) -> Ready:
     rows, as `sample_rows` reads a job's) on first use, then reused for as long as it is among
     the `KEEP_LOADED` most recently used."""
     model_path = locate(job.model)
-    key = repr((str(model_path), job.model, job.task, job.input, job.batching, job.quality))
+    key = repr((str(model_path), job.model, job.options, job.input, job.batching, job.quality))
     with TURN:
         if key in LOADED:
             LOADED.move_to_end(key)
@@ -125,7 +125,7 @@ def load(job: Job, table: pa.Table, environ: Mapping[str, str]) -> Ready:
         sample = first_distinct(table.select(list(kinds)), job.quality.sample_rows, set())
         cache = open_cache(environ, job.quality.cache_dir)
         files, rows = model_identity(model_path), table.num_rows
-        concrete, _, chosen = settle(
+        concrete, _, chosen = decide(
             job, model_path, None, sample, cache=cache, model_files=files, rows=rows
         )
         if chosen is not None and chosen.task is not None:  # the gate's model, ready to use

@@ -78,7 +78,7 @@ def rows_by_shard(
     counted as to score. Rows `where` drops are done (none is to score), never written. A
     shard the last run ``failed`` (a row it could not score) is failed while rows of it are
     still to score, as by shard."""
-    kinds = input_kinds(job.model.task, job.input, job.task)
+    kinds = input_kinds(job.model.task, job.input, job.options)
     todo = to_do(
         job.input,
         kinds=kinds,

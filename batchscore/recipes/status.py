@@ -6,7 +6,7 @@ against its record (size and Parquet footer, never its data), so a missing or da
 here; a shard that left the input is listed as gone, with where its output is kept. The output
 is complete when every shard is done with this job's settings, nothing is damaged, the data
 files hold the current input only, their footers agree on one precision and one int8 scale
-(the check `run` makes of `settled.json`, `batchscore.measure.settle.proven_decision`), and the
+(the check `run` makes of `settled.json`, `batchscore.measure.decide.proven_decision`), and the
 job's rows with an error are within `[output].max_bad_share` (the gate a run ends with).
 
 Status gives the folder the verdict a run would: where a run would refuse the folder (other
@@ -29,10 +29,10 @@ from batchscore.errors import (
     WriteError,
 )
 from batchscore.job.sections import Job
-from batchscore.measure.settle import proven_decision
+from batchscore.measure.decide import proven_decision
 from batchscore.models.fingerprint import identity
 from batchscore.models.source.locate import locate
-from batchscore.observe.report import speeds
+from batchscore.observe.run_stats import speeds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal_error
 from batchscore.output.delta import delta_table

@@ -1,6 +1,6 @@
 """Metrics for a run that stopped before its record existed.
 
-A run's record (`recipes.run.Run`) writes the run's metrics however the run ends. A run can
+A run's record (`recipes.run_record.Run`) writes the run's metrics however the run ends. A run can
 also stop before it has one: an id or keep column named like an output column, a precision
 this machine lacks, an output folder it cannot write. The metrics file must still say the run
 failed, with the last success time the README's alert reads (0 for a job that has never

@@ -9,7 +9,7 @@ import pytest
 
 from batchscore.engines import local
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import read_output
 
 

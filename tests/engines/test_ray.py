@@ -17,7 +17,7 @@ import pytest
 from batchscore.errors import EngineError, JobError
 from batchscore.job.parse import load_job
 from batchscore.job.sections import RayConfig
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import read_output, record_of
 from tests.reliability import assert_complete_and_equal, make_job
 

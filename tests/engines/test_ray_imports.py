@@ -21,7 +21,7 @@ import sample_corpus
 from batchscore.engines import ray as ray_engine
 from batchscore.engines.ray import ChunkActor
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import ROOT, read_output, write_job
 from tests.models import tiny
 

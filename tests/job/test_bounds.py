@@ -81,7 +81,7 @@ def test_above_its_bound_a_value_is_refused_naming_the_key_and_in_range_it_is_ta
         ]
     else:
         assert not above, f"[{section}].{name} = {value!r} is above its bound, but was taken"
-        got = getattr(job, section) if section not in TASKS else job.task
+        got = getattr(job, section) if section not in TASKS else job.options
         assert getattr(got, name) == value
 
 

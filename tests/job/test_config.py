@@ -38,7 +38,7 @@ def test_defaults_and_relative_paths(tmp_path: Path):
     assert job.output.path == str(tmp_path / "out")
     assert job.model.name == DEFAULT_MODEL and job.model.path is None
     assert job.batching.max_tokens == 16384 and job.batching.sort is True
-    assert job.task.normalize is True
+    assert job.options.normalize is True
 
 
 def test_all_errors_at_once_each_naming_file_and_key(tmp_path: Path):

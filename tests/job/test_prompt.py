@@ -68,7 +68,7 @@ def test_a_format_spec_conversion_or_access_is_refused_naming_the_key(tmp_path, 
 def test_plain_fields_and_escaped_braces_are_fine(tmp_path):
     prompt = "{{literal}} Q: {question}\nA: {text:}{text}"
     job = job_from_dict(raw_job("generate", prompt), tmp_path / "job.toml")
-    texts, rows, errors = Prompt(job.task.prompt, "text").render(
+    texts, rows, errors = Prompt(job.options.prompt, "text").render(
         pa.table({"question": ["Why {x}?"], "text": ["1.5"]})
     )
     assert texts == ["{literal} Q: Why {x}?\nA: 1.51.5"] and rows.tolist() == [0] and not errors
@@ -115,7 +115,7 @@ def test_any_prompt_is_refused_at_load_or_renders_any_text(tmp_path_factory, pro
         event("refused")
         return
     event("rendered")
-    renderer = Prompt(job.task.prompt, "text")
+    renderer = Prompt(job.options.prompt, "text")
     table = pa.table({c: values for c in renderer.columns})
     texts, rows, _ = renderer.render(table)
     for text, row in zip(texts, rows.tolist(), strict=True):

@@ -49,7 +49,7 @@ def generate_job(folder: Path, **section) -> Path:
 def test_structure_keys_are_checked_when_the_job_loads(tmp_path, section, said):
     path = generate_job(tmp_path, **section)
     if said is None:
-        assert load_job(path).task.choices == ("a",)
+        assert load_job(path).options.choices == ("a",)
         return
     with pytest.raises(JobError, match=said):
         load_job(path)
@@ -59,8 +59,8 @@ def test_a_schema_file_is_read_relative_to_the_job(tmp_path):
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / "answer.json").write_text(json.dumps(SCHEMA))
     job = load_job(generate_job(tmp_path, json_schema="schemas/answer.json"))
-    assert job.task.json_schema == SCHEMA
-    assert job.task.structure == ("json_schema", SCHEMA)
+    assert job.options.json_schema == SCHEMA
+    assert job.options.structure == ("json_schema", SCHEMA)
     (tmp_path / "schemas" / "list.json").write_text("[1, 2]")
     (tmp_path / "schemas" / "bad.json").write_text("{not json")
     for name, said in [("list.json", "a JSON Schema is an object"), ("bad.json", "not JSON")]:
@@ -109,4 +109,4 @@ def test_response_format_keys_load_as_a_job(tmp_path: Path):
     """What `from_response_format` returns is a `[generate]` section's keys as they are."""
     keys = from_response_format({"type": "json_schema", "json_schema": {"schema": SCHEMA}})
     job = load_job(generate_job(tmp_path, **keys))
-    assert job.task.structure == ("json_schema", SCHEMA)
+    assert job.options.structure == ("json_schema", SCHEMA)

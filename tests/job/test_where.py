@@ -16,7 +16,7 @@ from batchscore.errors import JobError, OutputConflictError
 from batchscore.job.parse import load_job
 from batchscore.job.sections import InputConfig
 from batchscore.job.where import RowFilter, where_problem
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from tests.commands import invoke
 from tests.conftest import read_output

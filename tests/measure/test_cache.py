@@ -20,15 +20,15 @@ from batchscore.job.parse import load_job
 from batchscore.job.sections import BatchingConfig, ModelConfig
 from batchscore.measure.auto import choose_auto, guessed_speedup
 from batchscore.measure.cache import FILE, DecisionCache, Entry, Measured, cache_folder
+from batchscore.measure.decide import decide, machine_key
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import job_sample
-from batchscore.measure.settle import machine_key, settle
 from batchscore.models.fingerprint import model_identity
 from batchscore.models.source.locate import locate
 from batchscore.precision import table
 from batchscore.precision.int8_linear import int8_available
 from batchscore.precision.table import available
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import write_job
 from tests.models import tiny
 from tests.models.test_tensor import FEATURES, tabular_shards
@@ -168,7 +168,7 @@ def test_a_model_int8_cannot_quantize_is_moved_past_and_remembered(tmp_path: Pat
     key = machine_key(settings, files)
     cache.put(key, Entry(known))
     # as a run of a job this large settles it: what int8 cannot do is kept for later jobs
-    concrete, _, _ = settle(settings, model_path, None, cache=cache, model_files=files, rows=10**7)
+    concrete, _, _ = decide(settings, model_path, None, cache=cache, model_files=files, rows=10**7)
     assert concrete.model.precision == "fp32" and "int8" in cache.get(key).unusable
     report = run_job(settings, environ=kept_in(tmp_path / "cache"))  # end to end: exit 0
     assert report["precision"] == "fp32" and report["rows"] == 120
@@ -284,7 +284,7 @@ def test_a_run_corrects_a_ratio_the_cache_holds_from_a_busy_moment(job: Path, tm
     cache = DecisionCache(tmp_path / "cache")
     cache.put(key, Entry({"int8": Measured(speedup=40.0, load_s=0.0, calibrate_s=0.0)}))
     # settled as for a job large enough to try it (a small one would not spend on trying)
-    _, decision, _ = settle(settings, model_path, None, cache=cache, model_files=files, rows=10**7)
+    _, decision, _ = decide(settings, model_path, None, cache=cache, model_files=files, rows=10**7)
     assert decision is not None
     assert not any(t.startswith("int8: not tried") for t in decision.precision.trials)
     kept = cache.get(key).measured["int8"]

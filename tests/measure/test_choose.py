@@ -17,13 +17,13 @@ from batchscore.errors import QualityGateError
 from batchscore.job.parse import load_job
 from batchscore.job.runtimes import openvino_missing
 from batchscore.measure.auto import choose_auto
+from batchscore.measure.decide import machine_key
 from batchscore.measure.gate import judge, trial
 from batchscore.measure.load import job_sample
-from batchscore.measure.settle import machine_key
 from batchscore.models.source.locate import locate
 from batchscore.precision.int8_linear import int8_available, weight_levels
 from batchscore.precision.table import available
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import read_output, record_of
 from tests.reliability import make_job

@@ -121,9 +121,9 @@ def test_plan_encodes_as_the_loaded_task_does(case, table, request, tmp_path, mo
     job = job_of(task, path, sections, tmp_path)
     with monkeypatch.context() as patch:
         refuse_weights(patch)
-        alone = encoding(path, model=job.model, options=job.task, inp=job.input)
+        alone = encoding(path, model=job.model, options=job.options, inp=job.input)
         planned = alone.encode(table)
-    adapter = load_task(path, model=job.model, options=job.task, inp=job.input,
+    adapter = load_task(path, model=job.model, options=job.options, inp=job.input,
                         executor=Executor(job.model))  # fmt: skip
     loaded = adapter.encode(table)
     assert type(adapter.encoding) is type(alone)  # one implementation, whichever route
@@ -133,7 +133,7 @@ def test_plan_encodes_as_the_loaded_task_does(case, table, request, tmp_path, mo
     if job.model.long_text == "chunk":
         assert loaded.chunked > 0 and loaded.windows > loaded.chunked
     if task == "generate":
-        assert loaded.reserve == job.task.max_new_tokens
+        assert loaded.reserve == job.options.max_new_tokens
 
 
 def test_tensor_rows_need_no_model_file(tmp_path: Path, mlp, monkeypatch):
@@ -146,12 +146,12 @@ def test_tensor_rows_need_no_model_file(tmp_path: Path, mlp, monkeypatch):
     job = job_of("tensor", missing, sections, tmp_path)
     with monkeypatch.context() as patch:
         refuse_weights(patch)
-        alone = encoding(missing, model=job.model, options=job.task, inp=job.input)
+        alone = encoding(missing, model=job.model, options=job.options, inp=job.input)
         planned = alone.encode(table)
     assert planned.lengths.tolist() == [1] and not alone.bucketing
     assert sorted(planned.errors) == [1, 2]
     path = mlp[1]["torchscript"]
     job = job_of("tensor", path, sections, tmp_path)
-    adapter = load_task(path, model=job.model, options=job.task, inp=job.input,
+    adapter = load_task(path, model=job.model, options=job.options, inp=job.input,
                         executor=Executor(job.model))  # fmt: skip
     assert_same_units(planned, adapter.encode(table))

@@ -13,7 +13,7 @@ from batchscore.errors import OutputConflictError
 from batchscore.job.parse import load_job
 from batchscore.job.sections import ClassifyConfig, EmbedConfig, GenerateConfig, SummarizeConfig
 from batchscore.models.fingerprint import task_options
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import write_job
 
 # What the fingerprint recorded of each section at its defaults before the keys of "every model

@@ -23,7 +23,7 @@ from batchscore.models.generation.decode import Decoding, trim
 from batchscore.models.tasks import load_task
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.precision.int8_linear import int8_available
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 

@@ -28,7 +28,7 @@ from PIL import Image
 
 from batchscore.errors import JobError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import read_output, write_job
 

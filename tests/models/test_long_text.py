@@ -29,9 +29,9 @@ from batchscore.models.classify import ClassifyTask
 from batchscore.models.embed import EmbedTask
 from batchscore.models.summarize import SummarizeTask
 from batchscore.models.text.windows import cut, mean_by_owner
-from batchscore.observe.report import summary
+from batchscore.observe.run_stats import summary
 from batchscore.pipeline.sampler import form_batches, restore
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 from tests.models.st_folders import save_st, tiny_bert

@@ -16,7 +16,7 @@ from batchscore.job.sections import ClassifyConfig, InputConfig, ModelConfig
 from batchscore.models.classify import ClassifyTask
 from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.pipeline.sampler import form_batches, restore
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 from tests.models import tiny

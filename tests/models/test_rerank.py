@@ -23,7 +23,7 @@ from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.tasks import check_model
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.precision.table import available
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 

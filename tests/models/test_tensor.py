@@ -22,7 +22,7 @@ from batchscore.models.numeric.formats import detect
 from batchscore.models.tensor import TensorTask, check_tensor_model
 from batchscore.pipeline.sampler import form_batches, restore
 from batchscore.precision.int8_linear import int8_available
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.runtime.executor import Executor
 from tests.conftest import read_output, write_job
 

@@ -22,8 +22,8 @@ from batchscore.job.sections import ClassifyConfig, EmbedConfig, InputConfig, Mo
 from batchscore.models.base import tokens_per_row
 from batchscore.models.tasks import encoding
 from batchscore.models.text.sentences import summary_sentences
-from batchscore.observe.report import RunReport
-from batchscore.recipes.driver import run_job
+from batchscore.observe.run_stats import RunReport
+from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import read_output, write_job
 from tests.models.st_folders import save_sparse, tiny_mlm

@@ -25,7 +25,7 @@ import sample_corpus
 from batchscore.job.parse import load_job
 from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.source.locate import locate
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import invoke, run, start, wait_for_commits
 from tests.conftest import read_output, write_job
 from tests.reliability import assert_complete_and_equal, assert_nothing_uncommitted_visible

@@ -17,7 +17,7 @@ import pytest
 
 from batchscore.errors import InputDataError, JobError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.layout import chunk_key, part_name, shard_key
 from tests.commands import invoke

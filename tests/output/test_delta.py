@@ -22,7 +22,7 @@ from batchscore.job.parse import load_job
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.delta import Table, app_id, fit
 from batchscore.output.manifest import facts_of
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.storage.disk import LocalStore
 from batchscore.storage.layout import chunk_key, is_chunk_name, part_name, shard_key, successor_key
 from batchscore.version import __version__

@@ -33,7 +33,7 @@ from batchscore.job.parse import load_job
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.delta import app_id
 from batchscore.output.drift import SchemaDriftError
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.storage.layout import part_name
 from tests.commands import invoke, run
 from tests.output.neighbours import append_foreign, neighbour, table_rows

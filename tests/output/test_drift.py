@@ -23,7 +23,7 @@ import pytest
 from batchscore.errors import InputDataError
 from batchscore.job.parse import load_job
 from batchscore.output.drift import SchemaDriftError
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import write_job
 from tests.output.tiny import ARGS, tiny_job

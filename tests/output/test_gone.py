@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.fs import filesystem
 from batchscore.storage.layout import chunk_key, part_name, record_name, shard_key

@@ -14,7 +14,7 @@ import sample_corpus
 
 from batchscore.job.parse import load_job
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.storage.layout import part_name
 from tests.commands import start
 from tests.conftest import read_output, write_job

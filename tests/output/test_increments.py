@@ -27,7 +27,7 @@ import pytest
 from batchscore.job.parse import load_job
 from batchscore.output import diff
 from batchscore.output.delta import storage_options
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.fs import filesystem
 from tests.commands import invoke

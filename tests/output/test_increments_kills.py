@@ -21,7 +21,7 @@ import pytest
 
 from batchscore import faults
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import run
 from tests.output.tiny import (
     SCHEMA,

@@ -37,7 +37,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from batchscore.job.parse import load_job
 from batchscore.models.numeric.factories import mlp
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.layout import is_chunk_name
 from batchscore.work.row_hash import hash_column

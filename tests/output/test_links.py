@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from batchscore.errors import WriteError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.storage.disk import LocalStore
 from batchscore.storage.layout import chunk_key, part_name, shard_key, staged_name
 from batchscore.storage.store import READ_LIMIT

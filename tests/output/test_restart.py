@@ -14,7 +14,7 @@ import pytest
 
 from batchscore.errors import BookkeepingError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from tests.commands import invoke, run
 from tests.output.tiny import glob_ids, tiny_job, undeletable, write_shard

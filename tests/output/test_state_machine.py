@@ -35,7 +35,7 @@ from safetensors.torch import save_file
 
 from batchscore.job.parse import load_job
 from batchscore.models.numeric.factories import mlp
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.layout import RESTART
 from tests.conftest import source_of, write_job

@@ -14,12 +14,12 @@ from batchscore.job.parse import load_job
 from batchscore.observe.figures import page_numbers
 from batchscore.observe.html import render
 from batchscore.observe.progress import Progress
-from batchscore.observe.report import summary
+from batchscore.observe.run_stats import summary
 from batchscore.pipeline.known import Known, unit_keys
-from batchscore.pipeline.memory import MEMORY_SHARD
+from batchscore.pipeline.score_table import MEMORY_SHARD
 from batchscore.pipeline.stages import encode_window
 from batchscore.pipeline.static import Budget, run_window
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Chunk, Encoded, Rows
 from tests.conftest import read_output

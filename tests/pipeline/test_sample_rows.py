@@ -26,7 +26,7 @@ from tests.reliability import make_job
 def sample_of(path: Path, rows: int) -> pa.Table:
     """The job's first ``rows`` distinct rows, from its input as a run lists it."""
     job = load_job(path)
-    kinds = input_kinds(job.model.task, job.input, job.task)
+    kinds = input_kinds(job.model.task, job.input, job.options)
     return sample_rows(job.input, kinds, find_shards(job.input), rows)
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from batchscore.api import data_job
 from batchscore.job.sections import Job
-from batchscore.observe.report import RunStats
+from batchscore.observe.run_stats import RunStats
 from batchscore.pipeline.scoring import HANDOFFS, Scorer
 from batchscore.pipeline.stages import encode
 from batchscore.runtime.executor import Executor

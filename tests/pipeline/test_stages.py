@@ -55,8 +55,8 @@ def test_each_failing_shard_of_a_window_fails_alone_and_its_rows_are_tokenized_t
             output={"path": "out"},
         )
     )
-    kinds = input_kinds(job.model.task, job.input, job.task)
-    task = Counted(encoding(locate(job.model), model=job.model, options=job.task, inp=job.input))
+    kinds = input_kinds(job.model.task, job.input, job.options)
+    task = Counted(encoding(locate(job.model), model=job.model, options=job.options, inp=job.input))
     chunks = [
         c
         for s in find_shards(job.input)

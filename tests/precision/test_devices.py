@@ -21,8 +21,8 @@ from batchscore.job.parse import load_job
 from batchscore.job.sections import ModelConfig
 from batchscore.measure.budget import Shape, probe, shape_budget
 from batchscore.precision.table import available, bf16_native
-from batchscore.recipes.driver import run_job
-from batchscore.recipes.preflight import preflight
+from batchscore.recipes.run import run_job
+from batchscore.recipes.validate import preflight
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Encoded
 from tests.conftest import restamp

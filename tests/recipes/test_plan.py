@@ -17,12 +17,12 @@ from click.testing import CliRunner
 from batchscore.cli import main
 from batchscore.job.parse import load_job
 from batchscore.measure.cache import DecisionCache, Entry, Measured
-from batchscore.measure.settle import machine_key
+from batchscore.measure.decide import machine_key
 from batchscore.models.fingerprint import model_identity
 from batchscore.models.source.locate import locate
 from batchscore.precision.table import available
-from batchscore.recipes.driver import run_job
 from batchscore.recipes.estimate import plan_job
+from batchscore.recipes.run import run_job
 from tests.conftest import record_of, write_job
 from tests.models import tiny
 from tests.output.tiny import tiny_job, write_shard

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from batchscore.cli import main
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import write_job
 
 

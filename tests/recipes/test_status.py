@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from batchscore.cli import main
 from batchscore.errors import OutputConflictError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from tests.output.tiny import rows_job, rows_table, tiny_job, write_rows, write_shard
 

@@ -21,7 +21,7 @@ from click.testing import Result
 from batchscore import faults
 from batchscore.errors import BadRowsError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import write_job
 from tests.output.tiny import ARGS, tiny_job

@@ -41,7 +41,7 @@ def test_compile_is_not_part_of_the_fingerprint(embed_job: Path, minilm_path: Pa
 def test_compiled_embeddings_equal_eager(embed_job: Path, tmp_path: Path):
     """The same small job, eager and compiled (inductor's first compile: a minute or more on a
     small CPU, seconds once its on-disk cache holds the graph)."""
-    from batchscore.recipes.driver import run_job
+    from batchscore.recipes.run import run_job
 
     eager = read_output(tmp_path / run_job(load_job(embed_job))["output"])
     job = load_job(embed_job, ["model.compile=true", 'output.path="compiled"'])

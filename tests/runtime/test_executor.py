@@ -58,7 +58,7 @@ def test_cuda_embeddings_match_cpu(embed_job, tmp_path):
     import numpy as np
 
     from batchscore.job.parse import load_job
-    from batchscore.recipes.driver import run_job
+    from batchscore.recipes.run import run_job
     from tests.conftest import read_output
 
     cpu = read_output(tmp_path / run_job(load_job(embed_job))["output"])

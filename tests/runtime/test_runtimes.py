@@ -41,7 +41,7 @@ def score_each(
 ) -> tuple[dict[tuple[str, str], torch.Tensor], dict[tuple[str, str], dict]]:
     """The embed job run at each (runtime, precision), each into its own folder: its
     embeddings and its run report, by (runtime, precision)."""
-    from batchscore.recipes.driver import run_job
+    from batchscore.recipes.run import run_job
 
     outputs, reports = {}, {}
     for runtime, precision in runs:
@@ -147,7 +147,7 @@ def test_the_runtime_is_not_part_of_the_fingerprint(embed_job, minilm_path):
 @needs_openvino
 def test_a_job_scores_the_same_on_both_runtimes(embed_job, tmp_path):
     """The small embed job at fp32 and at "auto" precision on OpenVINO, against torch."""
-    from batchscore.recipes.driver import run_job
+    from batchscore.recipes.run import run_job
 
     outputs, reports = {}, {}
     for runtime, precision in (("torch", "fp32"), ("openvino", "fp32"), ("auto", "auto")):

@@ -119,7 +119,7 @@ def test_a_gpu_embed_job_agrees_with_the_cpus_fp32(tmp_path, small_corpus, preci
     """The whole path on a real GPU: pinned buffers, the copy stream, the loop's overlap, and
     auto choosing there; cosine >= 0.999 to the CPU's fp32 on every row."""
     from batchscore.job.parse import load_job
-    from batchscore.recipes.driver import run_job
+    from batchscore.recipes.run import run_job
     from tests.conftest import read_output
     from tests.reliability import make_job
 

@@ -13,7 +13,7 @@ import pytest
 from batchscore.job.parse import load_job
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.delta import app_id, storage_options
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import run
 from tests.output.tiny import tiny_job, write_shard
 

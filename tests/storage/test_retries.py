@@ -10,7 +10,7 @@ import pytest
 
 from batchscore.errors import TransientIOError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.storage.conftest import Flaky
 from tests.storage.test_storage import s3_job, upload_shards
 

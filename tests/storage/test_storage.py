@@ -20,7 +20,7 @@ from batchscore.job.parse import load_job
 from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.lock import hold_lock
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.storage import open_store
 from batchscore.storage.disk import LocalStore
 from batchscore.storage.fs import filesystem

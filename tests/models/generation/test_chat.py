@@ -26,7 +26,7 @@ from batchscore.job.parse import job_from_dict, load_job
 from batchscore.job.sections import GenerateConfig, InputConfig, ModelConfig
 from batchscore.models.generate import PromptEncoding
 from batchscore.models.generation.chat import Chat, has_chat_template
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import command, environment
 from tests.conftest import read_output
 from tests.models import tiny
@@ -281,7 +281,7 @@ def test_a_system_message_needs_chat(tmp_path):
     with pytest.raises(JobError, match=r"\[generate\].system: .*set chat = true"):
         job_from_dict(raw, tmp_path / "job.toml")
     raw["generate"]["chat"] = True
-    assert job_from_dict(raw, tmp_path / "job.toml").task.system == "Be brief."
+    assert job_from_dict(raw, tmp_path / "job.toml").options.system == "Be brief."
 
 
 def test_a_template_that_refuses_the_system_role_or_a_row_says_so(chat_path, tmp_path):

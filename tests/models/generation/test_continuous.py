@@ -14,7 +14,7 @@ from batchscore.job.parse import load_job
 from batchscore.models.generation.decode import generation_config, loop_decodes_alike
 from batchscore.models.generation.schedule import shared_start
 from batchscore.models.generation.seats import plain_cache
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import read_output
 from tests.models.test_generate import (
     assert_same_tokens,

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from batchscore.errors import JobError, OutputConflictError
 from batchscore.job.parse import job_from_dict, load_job
 from batchscore.models.generation.stops import Stops
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.conftest import read_output
 from tests.models.generation.test_continuous import stream
 from tests.models.test_generate import generate, generate_job, make_task, row_alone

@@ -24,7 +24,7 @@ from batchscore.errors import ModelError, OutputConflictError
 from batchscore.job.parse import load_job
 from batchscore.models.generation.constraint import unpack_device, unpack_host
 from batchscore.models.generation.structure import Structure, arrow_type
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import read_output
 from tests.models.generation.test_continuous import stream

@@ -19,7 +19,7 @@ from batchscore.job.sections import ModelConfig
 from batchscore.models.fingerprint import fingerprint_parts
 from batchscore.models.source.hub import hub_cache
 from batchscore.models.source.locate import locate
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import read_output, write_job
 from tests.models.st_folders import save_st, tiny_bert

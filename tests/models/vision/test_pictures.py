@@ -23,7 +23,7 @@ from transformers.image_utils import load_image
 import batchscore
 from batchscore.job.parse import load_job
 from batchscore.models.vision.pictures import Pictures
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import read_output, write_job
 

@@ -70,7 +70,7 @@ def preflight(job: Job) -> list[str]:
         shards = []
     rows = 0
     rows_filter = job.input.row_filter
-    kinds = input_kinds(job.model.task, job.input, job.task)
+    kinds = input_kinds(job.model.task, job.input, job.options)
     for shard in shards:
         try:
             pf = open_shard(shard)
@@ -96,7 +96,7 @@ def preflight(job: Job) -> list[str]:
         # what a run's load reads before any weights (the tokenizer, the config, the stack; a
         # chat template renders its probe conversation), built as `plan` and the run build it,
         # so what the load would refuse is refused here, in its words
-        encoding(path, model=job.model, options=job.task, inp=job.input)
+        encoding(path, model=job.model, options=job.options, inp=job.input)
         facts.append(f"model: {job.model.name} at {path}" if job.model.name else f"model: {path}")
     except ModelError as exc:
         model_problems.append(str(exc))

@@ -14,7 +14,7 @@ import pyarrow as pa
 from batchscore.job.sections import BatchingConfig, InputConfig
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
-from batchscore.observe.report import RunStats
+from batchscore.observe.run_stats import RunStats
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import encode_window, window_rows

@@ -53,7 +53,7 @@ from batchscore.work.units import Shard
 log = logging.getLogger("batchscore")
 
 
-def settle(
+def decide(
     job: Job,
     model_path: Path,
     recorded: Decision | None,
@@ -77,7 +77,7 @@ def settle(
     """
     if recorded:
         check_recorded(job, recorded)
-        if calibrates(job.task) and recorded.ranges is None:
+        if calibrates(job.options) and recorded.ranges is None:
             return calibrate(job, model_path, recorded, sample, shards)
         return concrete(job, recorded), None, None
     needs_budget = job.batching.max_tokens == "auto"
@@ -125,7 +125,7 @@ def settle(
             generates=generates(job.model, model_path),
         )
         log.info("max_tokens = auto: %s", budget_choice.why)
-    ranges = measured_ranges(chosen.task) if calibrates(job.task) else None
+    ranges = measured_ranges(chosen.task) if calibrates(job.options) else None
     decision = Decision(verdict, budget_choice, ranges)
     return concrete(job, decision), decision, chosen
 
@@ -272,7 +272,7 @@ def proven_decision(ckpt: Checkpoint, job: Job, files: list[str]) -> tuple[Decis
         wrong.append(f"precision {chosen.precision} recorded, {precision} in the data files")
         why = f"taken back from the data files' footers (the record said {chosen.precision})"
         chosen = dataclasses.replace(chosen, precision=precision, why=why)
-    if calibrates(job.task) and ranges is not None and ranges != kept:
+    if calibrates(job.options) and ranges is not None and ranges != kept:
         wrong.append(f"ranges {ranges_difference(kept, ranges)}")
         kept = ranges
     if not wrong:
@@ -289,7 +289,7 @@ def proven_decision(ckpt: Checkpoint, job: Job, files: list[str]) -> tuple[Decis
 def decides(job: Job) -> bool:
     """Whether `settle` records a decision for this job: anything left to measure."""
     wanted, budget = job.model.precision, job.batching.max_tokens
-    return wanted != "fp32" or budget == "auto" or calibrates(job.task)
+    return wanted != "fp32" or budget == "auto" or calibrates(job.options)
 
 
 def ranges_difference(recorded: Ranges | None, found: Ranges) -> str:
@@ -312,14 +312,16 @@ def concrete(job: Job, decision: Decision) -> Job:
     """Apply a decision's precision, budget and ranges (and an accepted gate failure) to the
     job: every load of the job (the run's, a Ray actor's) then quantizes with those ranges."""
     model = dataclasses.replace(job.model, precision=decision.precision.precision)
-    batching, quality, task = job.batching, job.quality, job.task
-    if decision.ranges is not None and calibrates(task):
-        task = dataclasses.replace(task, ranges=decision.ranges)
+    batching, quality, options = job.batching, job.quality, job.options
+    if decision.ranges is not None and calibrates(options):
+        options = dataclasses.replace(options, ranges=decision.ranges)
     if decision.batching is not None:
         batching = dataclasses.replace(batching, max_tokens=decision.batching.max_tokens)
     if decision.precision.accepted:
         quality = dataclasses.replace(quality, accept=True)
-    return dataclasses.replace(job, model=model, batching=batching, quality=quality, task=task)
+    return dataclasses.replace(
+        job, model=model, batching=batching, quality=quality, options=options
+    )
 
 
 def check(

@@ -12,7 +12,7 @@ import pytest
 
 from batchscore.errors import InputDataError, OutputConflictError
 from batchscore.job.parse import load_job
-from batchscore.recipes.driver import run_job
+from batchscore.recipes.run import run_job
 from batchscore.work import shards as input_listing
 from tests.conftest import output_files, read_output, record_of, source_of
 

@@ -11,8 +11,8 @@ from batchscore.job.parse import load_job
 from batchscore.observe.figures import page_numbers
 from batchscore.observe.html import render
 from batchscore.observe.metrics import render as render_metrics
-from batchscore.observe.report import RunReport, RunStats, headline, summary
-from batchscore.recipes.driver import run_job
+from batchscore.observe.run_stats import RunReport, RunStats, headline, summary
+from batchscore.recipes.run import run_job
 from tests.reliability import make_job
 
 
