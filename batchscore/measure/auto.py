@@ -208,8 +208,9 @@ def choose_auto(
             # the gate: int8's calibration could not keep the promise; the model: int8 found no
             # Linear layer, the model's nature, kept so later jobs do not try again
             gate = isinstance(exc, QualityGateError)
-            lines.append(f"{name}: {'fails the quality gate' if gate else 'cannot run this model'}"
-                         f" ({exc})")  # fmt: skip
+            lines.append(
+                f"{name}: {'fails the quality gate' if gate else 'cannot run this model'} ({exc})"
+            )
             log.info("precision auto: %s", lines[-1], extra=DETAIL)
             if not gate:
                 unusable[name] = str(exc)

@@ -38,7 +38,7 @@ from typing import Any
 from batchscore import faults
 from batchscore.errors import BookkeepingError, WriteError, write_error
 from batchscore.job.ranges import unusable
-from batchscore.output.delta import Table
+from batchscore.output.format import OutputFormat, ParquetFolder
 from batchscore.output.manifest import is_ours, problem
 from batchscore.output.settled import Decision
 from batchscore.storage import Store, open_store
@@ -94,9 +94,9 @@ class Checkpoint:
         self.lock_path = self.store.lock_path
         self.damaged: dict[str, str] = {}  # bookkeeping file -> why, found by the last reads
         self.unmarked = False  # `_SUCCESS` is removed (see `drop_success`) and not written since
-        # with [output].format = "delta", the table the data files are in: a file leaves it
-        # before it is deleted or moved (`remove`, `move`)
-        self.table: Table | None = None
+        # what readers see of the data files (`batchscore.output.format_table`, set by the
+        # recipe from the job): a file leaves a table's log before it is deleted or moved
+        self.format: OutputFormat = ParquetFolder(self.store)
 
     def prepare(self) -> None:
         """Create the bookkeeping folders a run writes into."""
@@ -227,7 +227,7 @@ class Checkpoint:
         A data file an intent names is the crashed attempt's only while it is the chunk's own
         name and what the intent says (same size and footer); anything else is left alone.
         Staged files (under ``tmp/``) are no reader's: removing them leaves `_SUCCESS`. A
-        rewrite under a new chunk key (in a Delta table) is `output.rewrite`'s to finish.
+        rewrite under a new chunk key (in a table) is `output.rewrite`'s to finish.
         """
         garbage = []
         committed = set(self.store.names(DONE))
@@ -292,8 +292,7 @@ class Checkpoint:
         """Delete a file batchscore wrote, `_SUCCESS` first (`drop_success`); a missing one is
         fine, a failure a `WriteError` naming the file. ``fault``: the tests' fault point."""
         self.drop_success()
-        if self.table is not None:
-            self.table.retire_files([rel])
+        self.format.retire_files([rel])
         try:
             faults.hit(fault)
             self.store.delete(rel)
@@ -304,8 +303,7 @@ class Checkpoint:
         """Move a file batchscore wrote to ``to`` (`Store.move`), `_SUCCESS` first; a failure
         is a `WriteError` naming the file."""
         self.drop_success()
-        if self.table is not None:
-            self.table.retire_files([rel])
+        self.format.retire_files([rel])
         try:
             self.store.move(rel, to)
         except OSError as exc:

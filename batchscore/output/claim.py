@@ -152,8 +152,10 @@ def conflict(
         if missing is not None:
             return missing
         changed = differences(recorded["parts"], identity.parts)
-        said = [f"{part} ({model_changes(recorded, identity)})" if part == "model_files" else part
-                for part in changed]  # fmt: skip
+        said = [
+            f"{part} ({model_changes(recorded, identity)})" if part == "model_files" else part
+            for part in changed
+        ]
         advice = (
             "run with --restart to discard it and start over, or point [output].path at a "
             "new folder"

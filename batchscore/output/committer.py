@@ -40,7 +40,6 @@ from batchscore.errors import InputDataError
 from batchscore.job.sections import OutputConfig
 from batchscore.observe.run_stats import RunStats
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.delta import fit
 from batchscore.output.keys import key_columns, keys_of, publish_keys
 from batchscore.output.manifest import FileFacts
 from batchscore.output.pending import Pending
@@ -97,11 +96,10 @@ class Committer:
     ) -> None:
         """``on_commit`` is told of each chunk (or piece of one) once its commit record is
         written, and whether that completes the chunk the run was given."""
-        if ckpt.table is not None:  # Delta has no fixed-size lists, no unsigned integers
-            schema = fit(schema)
+        schema = ckpt.format.fit(schema)  # a table's types (no fixed-size lists, say)
         self.output, self.ckpt, self.schema, self.stats = output, ckpt, schema, stats
-        # a Delta table's chunks keep their rows' keys (`batchscore.output.keys`): none by id
-        self.id = ckpt.table.id_column if ckpt.table is not None else None
+        # a table's chunks keep their rows' keys (`batchscore.output.keys`): none by id
+        self.id = ckpt.format.id_column
         self.keyed = key_columns(schema, self.id)
         self.claim, self.decision, self.metadata = claim, decision, metadata
         self.bad_by_shard, self.total_rows = todo.bad_by_shard, todo.total_rows
@@ -201,10 +199,9 @@ class Committer:
         self.ckpt.barrier("")  # every rename above made durable by one folder sync
         if self.keyed:  # the chunks' keys, durable before their rows join the table
             self.ckpt.barrier(KEYS)
-        if self.ckpt.table is not None:  # the group's rows join the Delta table, in one commit
-            files = [(s.chunk.key, s.facts) for s in group]
-            self.ckpt.table.append(files, schema=self.schema, metadata=self.metadata)
-            faults.hit("after-table-commit")
+        files = [(s.chunk.key, s.facts) for s in group]  # one commit of the format's log
+        self.ckpt.format.append(files, schema=self.schema, metadata=self.metadata)
+        faults.hit("after-table-commit")
         bad = {}
         for staged in group:
             bad[staged.chunk.key] = sum(t.num_rows for t in staged.rejected)

@@ -42,7 +42,7 @@ it), and which chunks it added or removed.
 Delta has no fixed-size lists and no unsigned integers, so a table's schema lists vectors as
 lists and widens unsigned integers to the next signed type (`fit`); the Parquet footers still
 carry batchscore's metadata. Columns another writer adds are kept, and batchscore commits
-under them (`batchscore.output.table_columns`). An object-store table uses the store's
+under them (`batchscore.output.delta_columns`). An object-store table uses the store's
 standard credentials and endpoint (for S3 the ``AWS_*`` variables, as the Parquet output
 does), read by `deltalake` itself.
 """
@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -61,41 +61,20 @@ import pyarrow as pa
 from batchscore.errors import JobError, WriteError, write_error
 from batchscore.job.sections import Job
 from batchscore.output.contents import lineage
+from batchscore.output.delta_columns import check, delta_fields, difference, fields_of, fit, refusal
+from batchscore.output.delta_log import by_whom
 from batchscore.output.keys import read_keys
 from batchscore.output.manifest import FileFacts
-from batchscore.output.table_columns import delta_fields, difference, fields_of, refusal
 from batchscore.storage.layout import KEYS, is_chunk_name, keys_key, keys_name, part_key, part_name
 from batchscore.storage.store import Store
 
 log = logging.getLogger("batchscore")
 EXTRA = "pip install 'batchscore[delta]'"
-WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
 
 
 def app_id(key: str) -> str:
     """A chunk's application-transaction id in the table's log."""
     return f"batchscore-{key}"
-
-
-def fit(schema: pa.Schema) -> pa.Schema:
-    """The output schema as a Delta table holds it: fixed-size lists as lists, unsigned
-    integers widened (a uint64 column has no Delta type and is refused); metadata kept."""
-    return pa.schema([field.with_type(delta_type(field)) for field in schema], schema.metadata)
-
-
-def delta_type(field: pa.Field) -> pa.DataType:
-    """A column's type as Delta holds it (nested types converted throughout)."""
-    kind = field.type
-    if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
-        return pa.list_(field.with_type(delta_type(kind.value_field)))
-    if pa.types.is_struct(kind):
-        return pa.struct([f.with_type(delta_type(f)) for f in kind])
-    if kind == pa.uint64():
-        raise JobError(
-            f'[output].format = "delta": column {field.name!r} is uint64, which Delta Lake '
-            "cannot hold; cast it in the input, or write Parquet"
-        )
-    return WIDER.get(kind, kind)
 
 
 def storage_options(url: str) -> dict[str, str]:
@@ -104,11 +83,8 @@ def storage_options(url: str) -> dict[str, str]:
     return {"allow_http": "true"} if urlsplit(url).scheme in ("s3", "s3a") else {}
 
 
-def delta_table(job: Job, store: Store) -> Table | None:
-    """The job's output as a Delta table, where `[output].format` asks for one (None for a
-    folder of Parquet files alone)."""
-    if job.output.format != "delta":
-        return None
+def delta_table(job: Job, store: Store) -> Table:
+    """The job's output as a Delta table (the format table's "delta" entry)."""
     return Table(store, lineage=lineage(job), id_column=job.input.id)
 
 
@@ -118,7 +94,12 @@ class Table:
     ``lineage`` goes into every commit's info; an append adds its data files' metadata.
     ``id_column``: the job's `[input].id`, whose values (with the row hash, by rows) find a
     chunk's rows once another writer took them over (None: they cannot be found).
+    The format table's "delta" entry (`batchscore.output.format.OutputFormat`).
     """
+
+    name = "delta"
+    title = "the Delta table"
+    rewrites_in_place = False  # the log names each file once, with its size and rows
 
     def __init__(
         self, store: Store, *, lineage: dict[str, str], id_column: str | None = None
@@ -149,6 +130,29 @@ class Table:
             except Exception as exc:  # deltalake's errors have no common root
                 raise self.error("read", exc) from exc
         return self.dt
+
+    def exists(self) -> bool:
+        return self.loaded() is not None
+
+    def holds_files(self) -> bool:
+        return self.loaded() is not None and bool(self.loaded().file_uris())
+
+    def fit(self, schema: pa.Schema) -> pa.Schema:
+        return fit(schema)
+
+    def check_takes(self, ours: pa.Schema | None, *, what: str = "") -> None:
+        check(self.loaded(), ours, self.uri, what=what)
+
+    def whose(self, names: set[str]) -> str:
+        """Which of the log's commits took data files ``names`` out (`delta_log.by_whom`)."""
+        return by_whom(self.store, self.loaded().version(), names)
+
+    def scan(self, column: str) -> Iterator[pa.Array]:
+        dataset = self.loaded().to_pyarrow_dataset() if self.exists() else None
+        if dataset is None or column not in dataset.schema.names:
+            return
+        for batch in dataset.to_batches(columns=[column]):  # no filter: see `neighbours`
+            yield batch.column(0)
 
     def version_of(self, key: str) -> int:
         """The chunk's application-transaction version: odd while its file is in the table."""
@@ -210,7 +214,7 @@ class Table:
     def mode_for(self, schema: pa.Schema) -> tuple[str, Any]:
         """How files of columns ``schema`` join the table, and under which columns: "append"
         under the table's own where they take them (columns another writer added are kept,
-        `batchscore.output.table_columns`); "overwrite" under ``schema`` where they do not
+        `batchscore.output.delta_columns`); "overwrite" under ``schema`` where they do not
         and the table holds no file (after a ``--restart`` of a job whose columns changed: an
         append would keep the old columns and hide the new). Refused where it holds files."""
         dt = self.loaded()
@@ -313,6 +317,35 @@ class Table:
             info = self.info("rewrite", [new], {}) | {"batchscore.replaces": [old]}
             self.commit(actions, txns, info, None)
 
+    def mend(
+        self, committed: dict[str, dict[str, Any]], *, stray: list[str], missing: set[str]
+    ) -> None:
+        """One transaction: ``stray`` chunk files out, the ``missing`` committed ones whose
+        version is even (never in the log) in; those whose version is odd another writer took."""
+        from deltalake import Transaction
+        from deltalake.transaction import RemoveAction
+
+        missing_keys = sorted(k for k in missing if self.version_of(k) % 2 == 0)
+        if not stray and not missing_keys:
+            return
+        log.warning(
+            "%s: the Delta table held %d file(s) no commit record names and lacked %d "
+            "committed one(s) batchscore added; mended",
+            self.uri,
+            len(stray),
+            len(missing_keys),
+        )
+        now, actions, txns = int(time.time() * 1000), [], []
+        for key in stray:
+            actions.append(RemoveAction(part_name(key), True, now))
+            txns.append(Transaction(app_id(key), after(self.version_of(key), odd=False)))
+        for key in missing_keys:
+            record = committed[key]
+            actions.append(add_action(key, record["size"], record["rows"], now))
+            txns.append(Transaction(app_id(key), after(self.version_of(key), odd=True)))
+        info = self.info("reconcile", missing_keys, {}) | {"batchscore.removed": stray}
+        self.commit(actions, txns, info, None)
+
     def kept(self) -> set[str]:
         """The chunks whose keys are kept (`batchscore.output.keys`)."""
         return {k for name in self.store.names(KEYS) if (k := keys_key(f"{KEYS}/{name}"))}
@@ -376,6 +409,12 @@ def add_action(key: str, size: int, rows: int, now: int) -> Any:
     from deltalake.transaction import AddAction
 
     return AddAction(part_name(key), size, {}, now, True, json.dumps({"numRecords": rows}))
+
+
+def after(version: int, *, odd: bool) -> int:
+    """The next application-transaction version above ``version`` that is odd (the chunk's
+    file in the table) or even (out of it)."""
+    return version + 1 if version % 2 != odd else version + 2
 
 
 def quoted(name: str) -> str:

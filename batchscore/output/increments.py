@@ -100,7 +100,7 @@ def pending_rows(
     taken = taken_over(ckpt, committed)  # a Delta table's, by another writer: not damaged
     if forget:
         backfill(ckpt, committed)
-        check_keys(ckpt.table, {k: committed[k] for k in taken}, "the diff of rows")
+        check_keys(ckpt.format, {k: committed[k] for k in taken}, "the diff of rows")
     intact = {k: r for k, r in committed.items() if k not in taken}
     for key, why in sorted(problems(ckpt.store, intact).items()):
         record = committed.pop(key)
@@ -237,12 +237,12 @@ def retire_taken(
     (one merge), then out of each chunk's record and keys, in that order: a kill in between
     leaves keys that still name them, and the next diff retires them again (a merge that
     finds nothing), its record's count taken from the keys, not lessened twice."""
-    if not keys or ckpt.table is None:
+    if not keys:
         return
     leaving = {
         k: found.take(int64s(diff.retire[k])) for k, found in keys.items() if found is not None
     }
-    ckpt.table.delete_rows(leaving)
+    ckpt.format.delete_rows(leaving)
     for key, found in sorted(keys.items()):
         if found is None:
             continue

@@ -14,7 +14,7 @@ A chunk's keys are published (an Arrow IPC file, staged and renamed) before its 
 table, so every chunk the table ever held has them; they go once the chunk is out of it. A
 job without an id has none: rows no column names cannot be told apart once another writer
 mixed them with its own. Their schema's metadata holds the columns the chunk's data file was
-written with: what the table must still take (`batchscore.output.table_columns`), however
+written with: what the table must still take (`batchscore.output.delta_columns`), however
 long ago the file itself was vacuumed.
 """
 

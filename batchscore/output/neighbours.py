@@ -1,4 +1,4 @@
-"""A Delta table's other writers, at a run's start: what they did, what batchscore does about it.
+"""A table's other writers, at a run's start: what they did, what batchscore does about it.
 
 A table is shared. Other tools compact it (OPTIMIZE, Z-order), delete from it, vacuum it, add
 columns to it and append rows of their own, and their commits are the table's truth:
@@ -23,7 +23,6 @@ its input holds (a row that writer deleted stays deleted until its input row cha
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -33,11 +32,9 @@ import pyarrow.parquet as pq
 from batchscore.errors import WriteError
 from batchscore.job.sections import ROW_HASH
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.delta import Table, add_action, app_id, fit
-from batchscore.output.delta_log import by_whom
 from batchscore.output.drift import SchemaDriftError
+from batchscore.output.format import OutputFormat
 from batchscore.output.keys import key_columns, keys_of, publish_keys, read_keys, written_columns
-from batchscore.output.table_columns import check
 from batchscore.storage.layout import DONE, keys_name, own_names, part_name, record_name
 from batchscore.work.columns import canonical_schema
 
@@ -48,16 +45,15 @@ NAMED = 5  # ids named in a refusal, at most
 
 def taken_over(ckpt: Checkpoint, committed: dict[str, dict[str, Any]]) -> set[str]:
     """The committed chunks another writer took over (none where the folder is no table)."""
-    return ckpt.table.handed(committed) if ckpt.table is not None else set()
+    return ckpt.format.handed(committed)
 
 
 def check_columns(ckpt: Checkpoint) -> None:
     """Refuse (`WriteError`, naming the column) a table that no longer takes the files
-    batchscore committed to it, before anything changes (`batchscore.output.table_columns`)."""
-    table = ckpt.table
-    if table is None or table.loaded() is None:
-        return
-    check(table.loaded(), written(ckpt, table), table.uri)
+    batchscore committed to it, before anything changes (`batchscore.output.delta_columns`)."""
+    table = ckpt.format
+    if table.exists():
+        table.check_takes(written(ckpt, table))
 
 
 def check_carried(ckpt: Checkpoint, carried: pa.Schema | None) -> None:
@@ -66,19 +62,17 @@ def check_carried(ckpt: Checkpoint, carried: pa.Schema | None) -> None:
     holds under another type (an id whose type changed in the input, say): the old rows
     would retire, then the new ones be refused. A table that holds no file takes any columns
     (`Table.mode_for`: after a --restart of a job that changed)."""
-    table = ckpt.table
-    if table is None or carried is None or not len(carried) or table.loaded() is None:
+    table = ckpt.format
+    if carried is None or not len(carried) or not table.holds_files():
         return
-    if not table.loaded().file_uris():
-        return
-    ours = fit(canonical_schema(carried)).remove_metadata()
+    ours = table.fit(canonical_schema(carried)).remove_metadata()
     try:
-        check(table.loaded(), ours, table.uri, what=" as the input's columns now are")
+        table.check_takes(ours, what=" as the input's columns now are")
     except WriteError as exc:  # the input drifted, not the table: the folder's conflict
         raise SchemaDriftError(str(exc)) from None
 
 
-def written(ckpt: Checkpoint, table: Table) -> pa.Schema | None:
+def written(ckpt: Checkpoint, table: OutputFormat) -> pa.Schema | None:
     """The columns batchscore's committed files were written with: as a chunk's keys recall
     them, else as a committed file's footer says (None: nothing committed tells)."""
     for key in sorted(table.kept()):
@@ -91,32 +85,32 @@ def written(ckpt: Checkpoint, table: Table) -> pa.Schema | None:
             if record is None or ckpt.store.size(record["file"]) is None:
                 continue
             with ckpt.store.open_input(record["file"]) as fh:
-                return fit(pq.read_schema(fh)).remove_metadata()
+                return table.fit(pq.read_schema(fh)).remove_metadata()
         except (ValueError, OSError, pa.ArrowException):
             continue
     return None
 
 
-def check_keys(table: Table | None, records: dict[str, dict[str, Any]], doing: str) -> None:
+def check_keys(table: OutputFormat, records: dict[str, dict[str, Any]], doing: str) -> None:
     """Refuse (`WriteError`), before anything changes, to take chunks ``records`` out of the
     table for ``doing`` where some that another writer took over have no keys, or (by
     shards: keys of ids alone) where a row that stays holds an id of theirs: the merge that
     takes them out would take it too (another writer's row, or a row of a shard that stays)."""
-    taken = table.handed(records) if table is not None else set()
-    if table is None or not taken:
+    taken = table.handed(records)
+    if not taken:
         return
     lacking = sorted(k for k in taken if table.store.size(keys_name(k)) is None)
     if lacking:
         shards = sorted({records[k]["shard"]["path"] for k in lacking})
-        by = by_whom(table.store, table.loaded().version(), {part_name(k) for k in lacking})
+        by = table.whose({part_name(k) for k in lacking})
         why = "an older batchscore wrote them" if table.id_column else "the job has no [input].id"
         raise WriteError(
             f"{table.uri}: {doing} would take {len(lacking)} committed chunk(s) of "
-            f"{', '.join(shards)} out of the Delta table, but another writer rewrote their "
+            f"{', '.join(shards)} out of {table.title}, but another writer rewrote their "
             f"files ({by}) and batchscore has no keys to find their rows by ({why}); "
             "batchscore changed nothing. Restore the table to a version before that writer's "
-            "(deltalake's DeltaTable.restore) while their files are still there, or point "
-            "[output].path at a new folder"
+            "(deltalake's DeltaTable.restore, Iceberg's rollback to a snapshot) while their "
+            "files are still there, or point [output].path at a new folder"
         )
     first = read_keys(table.store, min(taken))
     if first is None or ROW_HASH in first.column_names:  # by rows: the row hash tells rows apart
@@ -126,24 +120,21 @@ def check_keys(table: Table | None, records: dict[str, dict[str, Any]], doing: s
     if shared:
         raise WriteError(
             f"{table.uri}: {doing} would take rows of ids {', '.join(map(repr, shared))} out "
-            "of the Delta table, where another writer rewrote them into its own files, but "
+            f"of {table.title}, where another writer rewrote them into its own files, but "
             "rows that stay (another writer's, or a shard's that stays) hold those ids too, "
             "and a delete by id would take them as well; batchscore changed nothing. Make the "
             "ids unique in the table, or point [output].path at a new folder"
         )
 
 
-def shared_ids(table: Table, keys: list[pa.Table]) -> list[Any]:
+def shared_ids(table: OutputFormat, keys: list[pa.Table]) -> list[Any]:
     """The first few ids the table holds more rows of than ``keys`` (the rows that leave)."""
     name = keys[0].column_names[0]
     leaving = pa.concat_tables([k.select([name]).replace_schema_metadata(None) for k in keys])
     want = leaving.group_by(name).aggregate([(name, "count")]).rename_columns([name, "want"])
-    dataset = table.loaded().to_pyarrow_dataset()
-    if name not in dataset.schema.names:
-        return []
     kind, values, found = want.schema.field(name).type, want.column(name), []
-    for batch in dataset.to_batches(columns=[name]):  # no filter: a file another writer
-        ids = batch.column(0).cast(kind)  # wrote may hold the ids as string_view, say
+    for column in table.scan(name):  # every file: another writer's may hold the ids as
+        ids = column.cast(kind)  # string_view, say
         found.append(ids.filter(pc.is_in(ids, value_set=values)))
     held = pa.table({name: pa.chunked_array(found, type=kind)})
     have = held.group_by(name).aggregate([(name, "count")]).rename_columns([name, "held"])
@@ -160,22 +151,21 @@ def reconcile(ckpt: Checkpoint, committed: dict[str, dict[str, Any]]) -> set[str
     writer took over (a kill after its append, then a compaction) has its rows taken out by
     its keys, and keys no chunk needs go. A run keeps all this in step itself; this mends what
     a kill at an unforeseen moment, or a hand on the log, left apart."""
-    table = ckpt.table
-    if table is None:
-        return set()
-    if table.loaded() is None and committed:
+    table = ckpt.format
+    if not table.exists() and committed:
         make(ckpt, table, committed)
     live, taken, kept = table.chunks(), table.handed(committed), table.kept()
-    mend(table, committed, stray=sorted(live - set(committed)), missing=set(committed) - live)
+    table.mend(committed, stray=sorted(live - set(committed)), missing=set(committed) - live)
     orphans = kept - set(committed) - live
     lost = sorted(table.handed(orphans))
     if lost:
         log.warning(
             "%s: another writer took over %d chunk file(s) batchscore added but never "
-            "recorded (a killed run's); their rows leave the Delta table by their keys, and "
+            "recorded (a killed run's); their rows leave %s by their keys, and "
             "are scored again",
             table.uri,
             len(lost),
+            table.title,
         )
         table.take_back(lost)
     table.drop_keys(sorted(orphans | (kept & (live - set(committed)))))
@@ -183,53 +173,23 @@ def reconcile(ckpt: Checkpoint, committed: dict[str, dict[str, Any]]) -> set[str
     return taken
 
 
-def make(ckpt: Checkpoint, table: Table, committed: dict[str, dict[str, Any]]) -> None:
+def make(ckpt: Checkpoint, table: OutputFormat, committed: dict[str, dict[str, Any]]) -> None:
     """Make the table (its log was deleted) with the first committed file's columns."""
     first = committed[min(committed)]["file"]
     try:
         with ckpt.store.open_input(first) as fh:
             schema = pq.read_schema(fh)
     except (OSError, pa.ArrowException) as exc:
-        raise table.error(f"read {first} to make", exc) from exc
-    table.create(fit(schema).remove_metadata())
-
-
-def mend(
-    table: Table, committed: dict[str, dict[str, Any]], *, stray: list[str], missing: set[str]
-) -> None:
-    """One transaction: ``stray`` chunk files out, the ``missing`` committed ones whose
-    version is even (never in the log) in; those whose version is odd another writer took."""
-    from deltalake import Transaction
-    from deltalake.transaction import RemoveAction
-
-    missing_keys = sorted(k for k in missing if table.version_of(k) % 2 == 0)
-    if not stray and not missing_keys:
-        return
-    log.warning(
-        "%s: the Delta table held %d file(s) no commit record names and lacked %d "
-        "committed one(s) batchscore added; mended",
-        table.uri,
-        len(stray),
-        len(missing_keys),
-    )
-    now, actions, txns = int(time.time() * 1000), [], []
-    for key in stray:
-        actions.append(RemoveAction(part_name(key), True, now))
-        txns.append(Transaction(app_id(key), after(table.version_of(key), odd=False)))
-    for key in missing_keys:
-        record = committed[key]
-        actions.append(add_action(key, record["size"], record["rows"], now))
-        txns.append(Transaction(app_id(key), after(table.version_of(key), odd=True)))
-    info = table.info("reconcile", missing_keys, {}) | {"batchscore.removed": stray}
-    table.commit(actions, txns, info, None)
+        raise WriteError(f"{table.uri}: cannot read {first} to make {table.title}: {exc}") from exc
+    table.create(table.fit(schema).remove_metadata())
 
 
 def backfill(ckpt: Checkpoint, committed: dict[str, dict[str, Any]]) -> None:
     """Keys for committed chunks that have none (an older batchscore's), from their files
     while they are still on disk, before anything needs them; without an `[input].id` there
     are none to keep. Only keys are written: the table and the records stay as they are."""
-    table = ckpt.table
-    if table is None or table.id_column is None:
+    table = ckpt.format
+    if table.id_column is None:
         return
     kept = table.kept()
     for key, record in sorted(committed.items()):
@@ -250,7 +210,7 @@ def backfill(ckpt: Checkpoint, committed: dict[str, dict[str, Any]]) -> None:
 
 
 def say(
-    ckpt: Checkpoint, table: Table, committed: dict[str, dict[str, Any]], taken: set[str]
+    ckpt: Checkpoint, table: OutputFormat, committed: dict[str, dict[str, Any]], taken: set[str]
 ) -> None:
     """Say, once, which committed chunks another writer took over and by which commits, and
     note it in their records (a chunk back in the table, restored, loses the note)."""
@@ -260,7 +220,7 @@ def say(
         return
     records = {}
     if fresh:
-        by = by_whom(ckpt.store, table.loaded().version(), {part_name(k) for k in fresh})
+        by = table.whose({part_name(k) for k in fresh})
         then = (
             "they leave the table by their ids when their input changes or leaves"
             if table.id_column
@@ -268,12 +228,13 @@ def say(
         )
         log.warning(
             "%s: %d committed chunk file(s) (%d rows) were replaced or removed by another "
-            "writer (%s); their rows are left in the Delta table as that writer wrote them, "
+            "writer (%s); their rows are left in %s as that writer wrote them, "
             "never added again nor scored again while their input holds; %s",
             table.uri,
             len(fresh),
             sum(committed[k]["rows"] for k in fresh),
             by,
+            table.title,
             then,
         )
         records |= {record_name(k): committed[k] | {TAKEN: by} for k in fresh}
@@ -282,9 +243,3 @@ def say(
     ckpt.write_many(records)
     for record in records.values():
         committed[record["chunk"]] = record
-
-
-def after(version: int, *, odd: bool) -> int:
-    """The next application-transaction version above ``version`` that is odd (the chunk's
-    file in the table) or even (out of it)."""
-    return version + 1 if version % 2 != odd else version + 2

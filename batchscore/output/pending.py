@@ -93,7 +93,7 @@ def pending_work(
     footers = read_footers([s for s in shards if not settled(s, records.get(s.key, []))])
     if reference is not None:  # a drift refuses the run before anything below changes
         check_folder(shards, footers, reference, inp.copied)
-    if forget and ckpt.table is not None and shards:  # before anything retires or is forgotten
+    if forget and shards and ckpt.format.holds_files():  # before anything retires
         check_carried(ckpt, carried_by(shards[0], inp))
     committed = stale(ckpt, shards, plan, committed, fingerprint=fingerprint, forget=forget)
     by_shard = by_shard_key(committed)
@@ -283,7 +283,7 @@ def stale(
             for key, record in committed.items()
             if shard_of(key) not in live or record["shard"] != live[shard_of(key)].identity
         }
-        check_keys(ckpt.table, leaving, "the shards that changed or left the input")
+        check_keys(ckpt.format, leaving, "the shards that changed or left the input")
         plan.gone += retire(ckpt, committed, set(live), fingerprint=fingerprint)
     for where in ckpt.drop_damaged() if forget else []:
         log.warning("%s was damaged and is removed; its chunk is scored again", where)
@@ -306,8 +306,8 @@ def stale(
             log.warning("%s: %s are scored again", why, rows)
             plan.redone.append({"chunk": key, "file": record["file"], "why": why})
         redo.append(key)
-    if forget and ckpt.table is not None:  # the rows of those taken over leave in one merge
-        ckpt.table.retire(key for key in redo if key in taken)
+    if forget:  # the rows of those taken over leave a table in one merge
+        ckpt.format.retire(key for key in redo if key in taken)
     for key in redo:
         if forget:
             ckpt.forget(key, committed[key])

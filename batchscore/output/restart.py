@@ -49,7 +49,7 @@ def start_over(ckpt: Checkpoint) -> None:
     """List what batchscore wrote here, then remove it (see the module's note). In a Delta
     table, the rows of chunks another writer took over leave it by their keys: where some
     have none, the restart is refused before anything changes."""
-    check_keys(ckpt.table, ckpt.committed(), "a --restart")
+    check_keys(ckpt.format, ckpt.committed(), "a --restart")
     ckpt.drop_success()
     ckpt.sweep()
     plan = listing(ckpt)
@@ -115,8 +115,8 @@ def carry_out(ckpt: Checkpoint, plan: dict[str, Any]) -> None:
         ckpt.remove(rel)
     ckpt.barrier(DONE)
     faults.hit("restart-unrecorded")
-    if ckpt.table is not None:  # every chunk leaves the Delta table (by keys, one taken over)
-        ckpt.table.retire_files(plan["files"])
+    # every chunk leaves a table's log (by keys, one another writer took over)
+    ckpt.format.retire_files(plan["files"])
     for rel in plan["files"]:
         ckpt.remove(rel, fault="restart-remove")
     ckpt.damaged.clear()

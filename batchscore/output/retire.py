@@ -151,8 +151,8 @@ def carry_out(ckpt: Checkpoint, rel: str, plan: dict[str, Any]) -> None:
     (`_SUCCESS` removed first; a move that fails is a `WriteError` naming the file, and the
     next start finishes the plan)."""
     ckpt.drop_success()
-    if ckpt.table is not None:  # the shards' rows leave the Delta table in one transaction
-        ckpt.table.retire_files(source for source, _ in plan["moves"])
+    # the shards' rows leave a table's log in one transaction
+    ckpt.format.retire_files(source for source, _ in plan["moves"])
     for source, target in plan["moves"]:
         if ckpt.store.size(source) is not None:
             ckpt.move(source, target)

@@ -73,7 +73,7 @@ def rewrite(
     keep = np.setdiff1d(np.arange(table.num_rows), retired, assume_unique=True)
     publish_bytes(ckpt, encoded(table.take(int64s(retired))), kept_name(folder + ".json", file))
     kept = table.take(int64s(keep))
-    if ckpt.table is None:
+    if ckpt.format.rewrites_in_place:
         return in_place(ckpt, record, kept, len(retired))
     return anew(ckpt, record, kept, len(retired), key=successor_key(record["chunk"], folder))
 
@@ -105,7 +105,7 @@ def anew(
     new = renewed(record, kept, facts, retired) | {"chunk": key, "file": part_name(key)}
     entry = intent(key, part_name(key), facts, new) | {"replaces": record}
     ckpt.intend([entry])
-    keys = keys_of(kept, ckpt.table.id_column) if ckpt.table is not None else None
+    keys = keys_of(kept, ckpt.format.id_column)
     if keys is not None:  # before the file: every chunk the table ever holds has its keys
         publish_keys(ckpt.store, key, keys)
     publish_bytes(ckpt, data, part_name(key))
@@ -118,8 +118,7 @@ def swap(ckpt: Checkpoint, entry: dict[str, Any]) -> None:
     """Steps 3 to 5 of the module's note, for a rewrite whose new file is published; each
     does nothing where a killed run did it already."""
     new, old = entry["record"], entry["replaces"]
-    if ckpt.table is not None:
-        ckpt.table.rewrite(old["chunk"], new["chunk"], size=new["size"], rows=new["rows"])
+    ckpt.format.rewrite(old["chunk"], new["chunk"], size=new["size"], rows=new["rows"])
     faults.hit("rewrite-table")
     rejected = rejected_name(old["chunk"])
     if ckpt.store.size(rejected) is not None:

@@ -32,8 +32,8 @@ from batchscore.models.fingerprint import identity
 from batchscore.models.tasks import encoding, input_kinds
 from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.claim import Identity, refusal_error
-from batchscore.output.delta import delta_table
 from batchscore.output.diff import rows_line
+from batchscore.output.format_table import open_format
 from batchscore.output.todo import to_do
 from batchscore.output.verdict import bad_share_error
 from batchscore.pipeline.reader import read_rows
@@ -85,7 +85,7 @@ def plan_counts(
     check that the output's committed work was made with the same settings.
     """
     ckpt = Checkpoint(job.output.path)
-    ckpt.table = delta_table(job, ckpt.store)  # read, never written, here
+    ckpt.format = open_format(job, ckpt.store)  # read, never written, here
     kinds = input_kinds(job.model.task, job.input, job.options)
     shards = find_shards(job.input)
     who = identity(claimed or job, model_path)

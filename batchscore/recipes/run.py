@@ -45,7 +45,7 @@ from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, check_claim
 from batchscore.output.committer import Committer
 from batchscore.output.contents import file_metadata, output_schema
-from batchscore.output.delta import delta_table
+from batchscore.output.format_table import open_format
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending
 from batchscore.output.settled import Decision
@@ -99,7 +99,7 @@ def run_job(
         retry = Retry()  # transient I/O errors, in and out, retried and counted for the report
         ckpt = Checkpoint(job.output.path, retry)
         ckpt.store.check()  # a file, a read-only or unwritable place: before anything is written
-        ckpt.table = delta_table(job, ckpt.store)  # where the folder is a Delta table too
+        ckpt.format = open_format(job, ckpt.store)  # a folder, or a table's log too
         started = time.time()
         run_id = Path(report_name(started, os.getpid())).stem  # every log record of the run has it
         with (

@@ -35,8 +35,8 @@ from batchscore.models.source.locate import locate
 from batchscore.observe.run_stats import speeds
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import refusal_error
-from batchscore.output.delta import delta_table
 from batchscore.output.diff import DuplicateIdError, rows_line
+from batchscore.output.format_table import open_format
 from batchscore.output.manifest import problems
 from batchscore.output.neighbours import TAKEN, check_columns, taken_over
 from batchscore.output.pieces import whole_chunks
@@ -53,7 +53,7 @@ IN_PLACE = f"is still in the data files: the next run moves it to {GONE}/"
 def job_status(job: Job) -> dict[str, Any]:
     """Per-shard progress plus the last run's report, as plain data."""
     ckpt = Checkpoint(job.output.path)
-    ckpt.table = delta_table(job, ckpt.store)  # read, never written, here
+    ckpt.format = open_format(job, ckpt.store)  # read, never written, here
     restarting = ckpt.restarting()
     committed = {} if restarting else ckpt.committed()
     taken = taken_over(ckpt, committed)  # a Delta table's files another writer took over

@@ -1,4 +1,5 @@
-"""Whether a Delta table still takes batchscore's files: its columns against batchscore's.
+"""A Delta table's columns: batchscore's types as Delta holds them (`fit`), and whether the
+table still takes batchscore's files: its columns against batchscore's.
 
 A shared table evolves. A column another writer adds, nullable, is fine: batchscore's files
 lack it, and every reader reads it as null in their rows (Delta's rule for a file without one
@@ -17,8 +18,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from batchscore.errors import WriteError
+from batchscore.errors import JobError, WriteError
 
+WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
 WHAT_TO_DO = (
     "batchscore changed nothing; give the table back the column as batchscore writes it, or "
     "run with --restart (batchscore's rows leave the table and are written again), or point "
@@ -91,3 +93,24 @@ def said(kind: Any) -> str:
     if kind.get("type") == "struct":
         return f"struct<{', '.join(f['name'] + ': ' + said(f['type']) for f in kind['fields'])}>"
     return json.dumps(kind)
+
+
+def fit(schema: pa.Schema) -> pa.Schema:
+    """The output schema as a Delta table holds it: fixed-size lists as lists, unsigned
+    integers widened (a uint64 column has no Delta type and is refused); metadata kept."""
+    return pa.schema([field.with_type(delta_type(field)) for field in schema], schema.metadata)
+
+
+def delta_type(field: pa.Field) -> pa.DataType:
+    """A column's type as Delta holds it (nested types converted throughout)."""
+    kind = field.type
+    if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
+        return pa.list_(field.with_type(delta_type(kind.value_field)))
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(delta_type(f)) for f in kind])
+    if kind == pa.uint64():
+        raise JobError(
+            f'[output].format = "delta": column {field.name!r} is uint64, which Delta Lake '
+            "cannot hold; cast it in the input, or write Parquet"
+        )
+    return WIDER.get(kind, kind)
