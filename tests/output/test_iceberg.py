@@ -244,3 +244,28 @@ def test_the_table_schema_holds_only_iceberg_types():
     )
     with pytest.raises(JobError, match="uint64"):
         fit(pa.schema([("big", pa.uint64())]))
+
+
+def test_a_rest_catalog_holds_the_table(tmp_path: Path):
+    """A REST catalog (the tests' own server on loopback, `tests.output.rest_catalog`:
+    backed by a SQL catalog, it speaks the REST protocol pyiceberg's RestCatalog speaks): the
+    table is created at the output's location and committed through it, idempotent as ever;
+    pyiceberg reads it through the REST catalog, DuckDB and pyiceberg from the folder."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    from tests.output.rest_catalog import rest_catalog
+
+    out = tmp_path / "out"
+    with rest_catalog(tmp_path / "server") as uri:
+        table = table_at(out, catalog={"type": "rest", "uri": uri}, identifier="team.scores")
+        files = [write_chunk(out, key(s), rows_of([f"{s}-0", f"{s}-1"])) for s in "ab"]
+        for _ in range(2):
+            table.append(files, schema=FITTED, metadata={})
+        table.retire([key("b")])
+
+        assert not (out / CATALOG).exists()  # the job's catalog, not one of batchscore's own
+        found = RestCatalog("team", uri=uri).load_table(("team", "scores"))
+        assert found.location() == str(out) and found.metadata_location.startswith(str(out))
+        assert sorted(found.scan().to_arrow()["id"].to_pylist()) == ["a-0", "a-1"]
+        assert [i for i, _ in read_all(out, table)] == ["a-0", "a-1"]
+        assert table.version_of(key("a")) == 1 and table.version_of(key("b")) == 2
