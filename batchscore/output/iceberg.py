@@ -54,6 +54,7 @@ from batchscore.output.iceberg_catalog import (
     write_hint,
 )
 from batchscore.output.iceberg_columns import difference, refusal, replace_columns
+from batchscore.output.iceberg_log import by_whom
 from batchscore.output.iceberg_rows import files_without, write_rows
 from batchscore.output.keys import read_keys
 from batchscore.output.manifest import FileFacts
@@ -159,6 +160,13 @@ class Table:
             return set()
         live = self.chunks()
         return {k for k in keys if k not in live and self.version_of(k) % 2 == 1}
+
+    def by_whom(self, keys: Iterable[str]) -> str:
+        """Which snapshots took chunks ``keys``' files out of the table, in words."""
+        try:
+            return by_whom(self.loaded(), {self.path_of(k) for k in keys})
+        except Exception as exc:  # never a reason to stop a run: said as unknown
+            return f"a snapshot not read ({exc})"
 
     def holds_files(self) -> bool:
         """Whether the table holds any data file (anyone's)."""
@@ -301,8 +309,7 @@ class Table:
             self.commit(add=add, remove=remove, marks=marks, info=info)
 
     def mend(self, stray: list[str], missing: list[str], *, versions: dict[str, int]) -> None:
-        """One snapshot: chunk files ``stray`` (in the table, no record names them) out, the
-        committed chunks ``missing`` (never in the table) in, at ``versions``."""
+        """One snapshot: chunk files ``stray`` out, chunks ``missing`` in, at ``versions``."""
         if stray or missing:
             info = self.info("reconcile", missing, {}) | {"batchscore.removed": json.dumps(stray)}
             paths = [self.path_of(k) for k in missing]

@@ -89,6 +89,12 @@ def test_a_compaction_takes_the_chunks_over_and_nothing_doubles(tmp_path: Path, 
     table.refresh()
 
     assert table.chunks() == set() and table.handed([key("a"), key("b")]) == {key("a"), key("b")}
+    said = table.by_whom([key("a"), key("b")])  # pyiceberg's overwrite: a delete, an append
+    if expire:  # the delete snapshot is gone, the append kept
+        assert said == "2 in a snapshot no longer kept"
+    else:
+        [gone] = [s for s in other(table).snapshots() if s.summary.operation.value == "delete"]
+        assert said == f"delete at snapshot {gone.snapshot_id}"
     snapshots = len(other(table).snapshots())
     table.append(
         [write_chunk(out, key("a"), rows_of(A)), write_chunk(out, key("b"), rows_of(B, seed=5))],
