@@ -207,6 +207,12 @@ def guard_delta() -> None:
     Table(None, lineage={})  # type: ignore[arg-type]  (refused before the store is read)
 
 
+def guard_iceberg() -> None:
+    from batchscore.output.iceberg import Table
+
+    Table(None, lineage={})  # type: ignore[arg-type]  (refused before the store is read)
+
+
 def guard_images() -> None:
     from batchscore.models.vision.pictures import pillow
 
@@ -230,6 +236,7 @@ GUARDS: dict[str, Callable[[], None]] = {
     "ray": guard_ray,
     "fsspec": guard_fsspec,
     "delta": guard_delta,
+    "iceberg": guard_iceberg,
     "images": guard_images,
     "report": guard_report,
     "structured": guard_structured,
@@ -264,6 +271,7 @@ NEEDS: dict[str, Callable[[Any], bool]] = {
         getattr(job.options, key, None) is not None for key in ("json_schema", "choices", "regex")
     ),
     "delta": lambda job: job.output.format == "delta",
+    "iceberg": lambda job: job.output.format == "iceberg",
     "ray": lambda job: job.engine == "ray",
     "fsspec": lambda job: any(urlsplit(p).scheme not in PYARROW_SCHEMES for p in job.input.path),
     "report": lambda job: False,

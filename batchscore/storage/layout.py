@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from pathlib import Path
 
 STATE = "_batchscore"  # bookkeeping folder inside an output
 JOB = f"{STATE}/job.json"  # the job that claimed the folder: inputs and fingerprint
@@ -24,6 +25,9 @@ REJECTED = f"{STATE}/rejected"  # rows recorded with an error, per chunk (JSON l
 SETTLED = f"{STATE}/settled.json"  # what an earlier run measured and chose
 GONE = f"{STATE}/gone"  # the output of shards that left the input: one folder per retirement
 KEYS = f"{STATE}/keys"  # a Delta table's: each committed chunk's ids (and row hashes), per chunk
+# an Iceberg table's SQL catalog (SQLite) when the job names none; an object-store output keeps
+# it beside its lock, on this machine (`catalog_file`)
+CATALOG = f"{STATE}/iceberg.db"
 RESTART = f"{STATE}/restart.json"  # the files a --restart removes, until it has removed them
 STAGING = f"{STATE}/tmp"  # temporary files, renamed into place when complete
 LOCK = f"{STATE}/lock"  # the file whose flock guards the folder
@@ -58,6 +62,7 @@ FIXED = (
     SETTLED,
     GONE,
     KEYS,
+    CATALOG,
     RESTART,
     STAGING,
     LOCK,
@@ -139,6 +144,13 @@ def keys_key(rel: str) -> str | None:
     """The chunk whose keys ``rel`` is (None: not a keys file batchscore names)."""
     folder, _, name = rel.rpartition("/")
     return name.removesuffix(".arrow") if folder == KEYS and is_own_name(KEYS, name) else None
+
+
+def catalog_file(lock_path: Path) -> Path:
+    """Where an Iceberg table's own SQL catalog lives: beside the output's lock (in
+    ``_batchscore/`` for a local folder, `CATALOG`; in this machine's private folder for an
+    object store, where SQLite cannot write)."""
+    return lock_path.with_name(CATALOG.rsplit("/", 1)[1])
 
 
 def rejected_name(key: str) -> str:
