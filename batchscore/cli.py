@@ -256,7 +256,7 @@ def status(job: str, overrides: tuple[str, ...], as_json: bool, check: bool) -> 
     """
     from batchscore.recipes.status import format_status, headline, job_status, verdict
 
-    result = job_status(load(job, overrides))
+    result = job_status(load(job, overrides), environ=os.environ)
     if as_json:
         deliver(data(result))
     else:

@@ -26,6 +26,8 @@ MAX_LINES = 400  # a module past this is a question (docs/style.md), not a numbe
 LONG = {
     "batchscore.output.delta": "the Delta entry of the format table: one class whose every "
     "hook is a transaction of one log, and the note that explains their versions together",
+    "batchscore.output.iceberg": "the Iceberg entry, as Delta's: one class over one log, its "
+    "catalog, columns, rows and history already in modules of their own",
 }
 # The stack, top to bottom (README's "How it is built" draws it): a module imports modules of its
 # own room or of rooms ranked below it, never above, lazy imports included. A room is a

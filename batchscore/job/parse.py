@@ -176,6 +176,8 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     if model and inp and batching and task:
         found = task_problems(task, inp=inp, model=model, batching=batching)
         problems += [f"{source}: {p}" for p in found]
+    if output:
+        problems += [f"{source}: {p}" for p in output.problems()]
     if output and output.usage and isinstance(task, TensorConfig):
         problems.append(
             f"{source}: [output].usage: task tensor reads numbers, not tokens; there is no "

@@ -158,7 +158,8 @@ def setup_logging(level: int, fmt: str, terminal: bool = False) -> None:
     for old in root.handlers:
         old.close()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    # other libraries' INFO is their chatter ("Loaded FileIO"): shown with -v only
+    root.setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
     logging.captureWarnings(True)
     # batchscore logs its events at any level; the filter decides which are shown
     log.setLevel(logging.DEBUG)

@@ -108,3 +108,16 @@ def footer_precision(footers: list[dict[str, str]], where: str) -> str | None:
             "at a new folder"
         )
     return found[0] if found else None
+
+
+# what of the data files' metadata goes into each table commit's info (Delta, Iceberg)
+LINEAGE = (
+    "batchscore.version",
+    "batchscore.job",
+    "batchscore.task",
+    "batchscore.model",
+    "batchscore.model_files",
+    "batchscore.precision",
+    "batchscore.fingerprint",
+    "batchscore.labels",  # classify: the label names, in score order
+)

@@ -60,9 +60,10 @@ import pyarrow as pa
 
 from batchscore.errors import JobError, WriteError, write_error
 from batchscore.job.sections import Job
-from batchscore.output.contents import lineage
+from batchscore.output.contents import LINEAGE, lineage
 from batchscore.output.delta_columns import check, delta_fields, difference, fields_of, fit, refusal
 from batchscore.output.delta_log import by_whom
+from batchscore.output.format import after
 from batchscore.output.keys import read_keys
 from batchscore.output.manifest import FileFacts
 from batchscore.storage.layout import KEYS, is_chunk_name, keys_key, keys_name, part_key, part_name
@@ -411,25 +412,6 @@ def add_action(key: str, size: int, rows: int, now: int) -> Any:
     return AddAction(part_name(key), size, {}, now, True, json.dumps({"numRecords": rows}))
 
 
-def after(version: int, *, odd: bool) -> int:
-    """The next application-transaction version above ``version`` that is odd (the chunk's
-    file in the table) or even (out of it)."""
-    return version + 1 if version % 2 != odd else version + 2
-
-
 def quoted(name: str) -> str:
     """A column's name as a Delta predicate (SQL) names it, whatever its case or characters."""
     return '"' + name.replace('"', '""') + '"'
-
-
-# what of the data files' metadata goes into each commit's info
-LINEAGE = (
-    "batchscore.version",
-    "batchscore.job",
-    "batchscore.task",
-    "batchscore.model",
-    "batchscore.model_files",
-    "batchscore.precision",
-    "batchscore.fingerprint",
-    "batchscore.labels",  # classify: the label names, in score order
-)

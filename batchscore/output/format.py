@@ -45,6 +45,13 @@ from batchscore.output.manifest import FileFacts
 from batchscore.storage.store import Store
 
 
+def after(version: int, *, odd: bool) -> int:
+    """The next version of a chunk in a table's log above ``version`` that is odd (the
+    chunk's file in the table) or even (out of it): Delta's application transactions and
+    Iceberg's table properties count a chunk's comings and goings so."""
+    return version + 1 if version % 2 != odd else version + 2
+
+
 class OutputFormat(Protocol):
     """One entry of the format table, opened for one output folder (see the module's note)."""
 

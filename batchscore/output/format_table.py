@@ -7,19 +7,23 @@ which format they hold. Adding a format is one module holding its entry, and one
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from batchscore.job.sections import Job
 from batchscore.output.delta import delta_table
 from batchscore.output.format import OutputFormat, ParquetFolder
+from batchscore.output.iceberg import iceberg_table
 from batchscore.storage.store import Store
 
-FORMATS: dict[str, Callable[[Job, Store], OutputFormat]] = {
-    "parquet": lambda job, store: ParquetFolder(store),
-    "delta": delta_table,
+# each entry: (the job, the output folder's store, the environment the front door passed in,
+# whose AWS_* variables reach an object store where the format's library does not read them)
+FORMATS: dict[str, Callable[[Job, Store, Mapping[str, str]], OutputFormat]] = {
+    "parquet": lambda job, store, environ: ParquetFolder(store),
+    "delta": lambda job, store, environ: delta_table(job, store),
+    "iceberg": iceberg_table,
 }
 
 
-def open_format(job: Job, store: Store) -> OutputFormat:
+def open_format(job: Job, store: Store, environ: Mapping[str, str] | None = None) -> OutputFormat:
     """The job's output format over the folder's ``store``."""
-    return FORMATS[job.output.format](job, store)
+    return FORMATS[job.output.format](job, store, environ or {})

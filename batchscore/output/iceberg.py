@@ -34,15 +34,16 @@ snapshot is kept.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from batchscore.errors import JobError, WriteError, write_error
 from batchscore.job.sections import Job
-from batchscore.output.contents import lineage
-from batchscore.output.delta import LINEAGE
+from batchscore.output.contents import LINEAGE, lineage
+from batchscore.output.format import after
 from batchscore.output.iceberg_catalog import (
     IDENTIFIER,
     create,
@@ -53,7 +54,7 @@ from batchscore.output.iceberg_catalog import (
     open_catalog,
     write_hint,
 )
-from batchscore.output.iceberg_columns import difference, refusal, replace_columns
+from batchscore.output.iceberg_columns import difference, fit, refusal, replace_columns
 from batchscore.output.iceberg_log import by_whom
 from batchscore.output.iceberg_rows import files_without, write_rows
 from batchscore.output.keys import read_keys
@@ -61,17 +62,24 @@ from batchscore.output.manifest import FileFacts
 from batchscore.storage.layout import KEYS, is_chunk_name, keys_key, keys_name, part_key, part_name
 from batchscore.storage.store import Store
 
+log = logging.getLogger("batchscore")
 EXTRA = "pip install 'batchscore[iceberg]'"
 CHUNK = "batchscore.chunk."  # a table property per chunk: its version (odd: in the table)
 
 
-def iceberg_table(job: Job, store: Store, env: Mapping[str, str] | None = None) -> Table | None:
-    """The job's output as an Iceberg table, where `[output].format` asks for one (None for a
-    folder of Parquet files alone); ``env``: the environment whose ``AWS_*`` variables reach
-    an object store."""
-    if job.output.format != "iceberg":
-        return None
-    return Table(store, lineage=lineage(job), id_column=job.input.id, env=env or {})
+def iceberg_table(job: Job, store: Store, env: Mapping[str, str]) -> Table:
+    """The job's output as an Iceberg table (the format table's "iceberg" entry), in the
+    catalog `[output].catalog` names (none: its own, `iceberg_catalog`); ``env``: the
+    environment whose ``AWS_*`` variables reach an object store."""
+    catalog = dict(job.output.catalog) or None
+    return Table(
+        store,
+        lineage=lineage(job),
+        id_column=job.input.id,
+        catalog=catalog,
+        identifier=job.output.table_name,
+        env=env,
+    )
 
 
 class Table:
@@ -82,7 +90,12 @@ class Table:
     chunk's rows once another writer took them over. ``catalog``: pyiceberg's properties of
     the catalog the table is in (None: its own SQL catalog, `iceberg_catalog`), and
     ``identifier`` its name there; ``env``: where the ``AWS_*`` variables are read from.
+    The format table's "iceberg" entry (`batchscore.output.format.OutputFormat`).
     """
+
+    name = "iceberg"
+    title = "the Iceberg table"
+    rewrites_in_place = False  # a snapshot names each file once, with its size and rows
 
     def __init__(
         self,
@@ -161,12 +174,29 @@ class Table:
         live = self.chunks()
         return {k for k in keys if k not in live and self.version_of(k) % 2 == 1}
 
-    def by_whom(self, keys: Iterable[str]) -> str:
-        """Which snapshots took chunks ``keys``' files out of the table, in words."""
+    def whose(self, names: set[str]) -> str:
+        """Which snapshots took data files ``names`` (the folder's) out, in words."""
         try:
-            return by_whom(self.loaded(), {self.path_of(k) for k in keys})
+            return by_whom(self.loaded(), {f"{self.uri}/{name}" for name in names})
         except Exception as exc:  # never a reason to stop a run: said as unknown
             return f"a snapshot not read ({exc})"
+
+    def exists(self) -> bool:
+        return self.loaded() is not None
+
+    def fit(self, schema: pa.Schema) -> pa.Schema:
+        return fit(schema)
+
+    def scan(self, column: str) -> Iterator[pa.Array]:
+        """Every value of ``column`` the table's readers see, a file's batch at a time."""
+        table = self.loaded()
+        if table is None or column not in table.schema().column_names:
+            return
+        try:
+            for batch in table.scan(selected_fields=(column,)).to_arrow_batch_reader():
+                yield batch.column(0)
+        except Exception as exc:  # pyiceberg's errors have no common root
+            raise self.error("read", exc) from exc
 
     def holds_files(self) -> bool:
         """Whether the table holds any data file (anyone's)."""
@@ -216,7 +246,7 @@ class Table:
             raise refusal(self.uri, found)
         return "overwrite", schema
 
-    def check_columns(self, ours: pa.Schema | None, *, what: str = "") -> None:
+    def check_takes(self, ours: pa.Schema | None, *, what: str = "") -> None:
         """Refuse (`WriteError`) a table whose columns no longer take files of columns
         ``ours`` (None: nothing to check against; ``what`` says whose)."""
         if ours is None or self.loaded() is None:
@@ -308,9 +338,23 @@ class Table:
             info = self.info("rewrite", [new], {}) | {"batchscore.replaces": json.dumps([old])}
             self.commit(add=add, remove=remove, marks=marks, info=info)
 
-    def mend(self, stray: list[str], missing: list[str], *, versions: dict[str, int]) -> None:
-        """One snapshot: chunk files ``stray`` out, chunks ``missing`` in, at ``versions``."""
+    def mend(
+        self, committed: dict[str, dict[str, Any]], *, stray: list[str], missing: set[str]
+    ) -> None:
+        """One snapshot: ``stray`` chunk files out, the ``missing`` committed ones whose
+        version is even (never in the table) in; those whose version is odd another writer
+        took over."""
+        missing = sorted(k for k in missing if self.version_of(k) % 2 == 0)
+        versions = {k: after(self.version_of(k), odd=False) for k in stray}
+        versions |= {k: after(self.version_of(k), odd=True) for k in missing}
         if stray or missing:
+            log.warning(
+                "%s: the Iceberg table held %d file(s) no commit record names and lacked %d "
+                "committed one(s) batchscore added; mended",
+                self.uri,
+                len(stray),
+                len(missing),
+            )
             info = self.info("reconcile", missing, {}) | {"batchscore.removed": json.dumps(stray)}
             paths = [self.path_of(k) for k in missing]
             self.commit(

@@ -62,9 +62,10 @@ def location(store: Store) -> str:
 def file_io(url: str, env: Mapping[str, str]) -> dict[str, str]:
     """pyiceberg's FileIO properties for an output at ``url``: for S3, the standard AWS
     variables of ``env`` (the first of two that name one setting wins)."""
+    # named, not guessed: pyiceberg says "Defaulting to PyArrow FileIO" on every open otherwise
+    found: dict[str, str] = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
     if not url.startswith(("s3://", "s3a://")):
-        return {}
-    found: dict[str, str] = {}
+        return found
     for variable, prop in AWS.items():
         if env.get(variable) and prop not in found:
             found[prop] = env[variable]

@@ -10,7 +10,7 @@ table's files in the types the table holds (`fit`), as it does for Delta: vector
 small and unsigned integers widened, times in microseconds; the Parquet footers still carry
 batchscore's metadata.
 
-A shared table evolves, as a Delta table does (`batchscore.output.table_columns`): a column
+A shared table evolves, as a Delta table does (`batchscore.output.delta_columns`): a column
 another writer adds, nullable, is fine (readers read nulls in batchscore's files, by the
 table's name mapping); a column batchscore writes that the table dropped, renamed or retyped,
 or a column the table requires that batchscore's files lack, is refused, naming it.
@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from batchscore.errors import JobError, WriteError
-from batchscore.output.table_columns import WHAT_TO_DO
+from batchscore.output.delta_columns import WHAT_TO_DO
 
 SMALL_INTS = (pa.int8(), pa.int16(), pa.uint8(), pa.uint16())
 

@@ -85,6 +85,7 @@ def plan_job(
         sample_rows=sample_rows,
         claimed=claimed,
         timing_rows=TIMED_ROWS if timing else 0,
+        environ=environ,
     )
     entry = None
     if cache is not None and not settled:

@@ -18,6 +18,7 @@ that cannot succeed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,15 +78,17 @@ def plan_counts(
     sample_rows: int = SAMPLE_ROWS,
     claimed: Job | None = None,
     timing_rows: int = 0,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], pa.Table | None]:
     """Everything but the time estimate: input, committed and pending work, tokens, padding;
     and about ``timing_rows`` rows drawn at random from those to score, to time the model on.
 
     ``claimed``: the job as a run claims the output with (before "auto" is settled), for the
-    check that the output's committed work was made with the same settings.
+    check that the output's committed work was made with the same settings; ``environ``: the
+    front door's, whose object-store variables the output's format may read.
     """
     ckpt = Checkpoint(job.output.path)
-    ckpt.format = open_format(job, ckpt.store)  # read, never written, here
+    ckpt.format = open_format(job, ckpt.store, environ)  # read, never written, here
     kinds = input_kinds(job.model.task, job.input, job.options)
     shards = find_shards(job.input)
     who = identity(claimed or job, model_path)

@@ -99,7 +99,7 @@ def run_job(
         retry = Retry()  # transient I/O errors, in and out, retried and counted for the report
         ckpt = Checkpoint(job.output.path, retry)
         ckpt.store.check()  # a file, a read-only or unwritable place: before anything is written
-        ckpt.format = open_format(job, ckpt.store)  # a folder, or a table's log too
+        ckpt.format = open_format(job, ckpt.store, environ)  # a folder, or a table's log too
         started = time.time()
         run_id = Path(report_name(started, os.getpid())).stem  # every log record of the run has it
         with (

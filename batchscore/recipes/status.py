@@ -17,6 +17,7 @@ that is not complete is `--check`'s exit 13 (`check_complete`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -50,13 +51,14 @@ from batchscore.work.units import chunks_of
 IN_PLACE = f"is still in the data files: the next run moves it to {GONE}/"
 
 
-def job_status(job: Job) -> dict[str, Any]:
-    """Per-shard progress plus the last run's report, as plain data."""
+def job_status(job: Job, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Per-shard progress plus the last run's report, as plain data (``environ``: the front
+    door's, whose object-store variables the output's format may read)."""
     ckpt = Checkpoint(job.output.path)
-    ckpt.format = open_format(job, ckpt.store)  # read, never written, here
+    ckpt.format = open_format(job, ckpt.store, environ)  # read, never written, here
     restarting = ckpt.restarting()
     committed = {} if restarting else ckpt.committed()
-    taken = taken_over(ckpt, committed)  # a Delta table's files another writer took over
+    taken = taken_over(ckpt, committed)  # a table's files another writer took over
     damaged = problems(ckpt.store, {k: r for k, r in committed.items() if k not in taken})
     last = last_report(ckpt)
     failed = {f["shard"] for f in last.get("failed_shards", [])} if last else set()
