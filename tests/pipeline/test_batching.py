@@ -56,8 +56,8 @@ def test_the_policys_batches_are_the_samplers_for_the_old_arguments(
     reader and model thread passed it (`[batching].sort and bucketing`), on any subset of
     units (repeats and the gate's known units left out) in any order."""
     encoded = encoded_of(lengths, reserve)
-    units = np.array(sorted(picked.sample(range(len(lengths)), k=len(lengths) // 2 + 1)
-                            if lengths else []), dtype=np.int64)  # fmt: skip
+    some = picked.sample(range(len(lengths)), k=len(lengths) // 2 + 1) if lengths else []
+    units = np.array(some, dtype=np.int64)  # in any order: a re-cut takes the queue as it is
     config = BatchingConfig(max_tokens=max_tokens, max_rows=max_rows, sort=sort)
     policy = Batching.of(config, encoding(bucketing))
     want = old_batches(encoded, units, max_tokens, max_rows=max_rows, sort=sort and bucketing)
@@ -79,8 +79,12 @@ def test_plans_drawn_sizes_cut_as_before(sizes, max_tokens, max_rows, sort):
 
 
 @settings(max_examples=200, deadline=None)
-@given(lengths=lengths_st, max_tokens=st.integers(1, 4096), max_rows=st.integers(1, 64),
-       sort=st.booleans())  # fmt: skip
+@given(
+    lengths=lengths_st,
+    max_tokens=st.integers(1, 4096),
+    max_rows=st.integers(1, 64),
+    sort=st.booleans(),
+)
 def test_every_unit_once_and_the_limits_hold(lengths, max_tokens, max_rows, sort):
     """A unit over the budget runs alone; every other batch holds the budget and max_rows."""
     encoded = encoded_of(lengths, 0)
