@@ -115,7 +115,7 @@ def main() -> None:
         sys.exit(f"needs {args.corpus}: run `make setup` first")
     from generate_example import build
 
-    from batchscore.pipeline.stages import batches
+    from batchscore.pipeline.batching import Batching
 
     table = pq.read_table(args.corpus, columns=["doc_id", "text"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,7 +128,7 @@ def main() -> None:
         names = table["doc_id"].to_pylist()[::step][: args.rows]
         encoded = task.encode(pa.table({"doc_id": names}))
         units = np.arange(len(encoded.lengths))
-        order = batches(encoded, units, args.max_tokens, max_rows=args.max_rows, sort=True)
+        order = Batching(args.max_tokens, args.max_rows, sort=True).batches(encoded, units)
         run(task, encoded, order[:1], "static", args)  # warm-up: first calls pay set-up costs
         seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
         outputs: dict[str, list] = {}

@@ -283,12 +283,41 @@ def calls(name: str, callee: str) -> int:
         ("DecisionCache", "batchscore.measure.cache"),  # recipes open theirs: `open_cache`
         ("cache_folder", "batchscore.measure.cache"),
         ("RowFilter", "batchscore.job.sections"),  # `InputConfig.row_filter`
+        ("Batching", "batchscore.pipeline.batching"),  # `Batching.of`: [batching] and the task
     ],
 )
 def test_one_route_to_each_thing(callee: str, home: str):
     """Each of these is made in one place, and everyone else asks for it there."""
     elsewhere = [name for name in MODULES if name != home and calls(name, callee)]
     assert not elsewhere, f"{callee}(...) is built in {elsewhere}; ask {home} for it"
+
+
+def reads(name: str, attribute: str) -> int:
+    """How often module ``name`` reads ``attribute`` of anything (``x.attribute``)."""
+    tree = ast.parse(MODULES[name].read_text())
+    return sum(
+        isinstance(node, ast.Attribute)
+        and node.attr == attribute
+        and isinstance(node.ctx, ast.Load)
+        for node in ast.walk(tree)
+    )
+
+
+# How rows become batches has one owner, the batching policy; the sampler under it is pure.
+BATCHING_POLICY = "batchscore.pipeline.batching"
+SAMPLER = "batchscore.pipeline.sampler"
+
+
+@pytest.mark.parametrize("name", sorted(set(MODULES) - {BATCHING_POLICY, SAMPLER}))
+def test_batches_are_cut_by_the_one_policy(name: str):
+    """Whether rows are sorted, under what budget and where batches are cut is the policy's
+    answer (`Batching.of`, then its `batches` or `cut`), so the reader, the model thread, its
+    out-of-memory halving, the gate, calibration, the budget's probe and `plan` cannot drift
+    apart: no other module cuts with the sampler itself, or decides sorting from a task's
+    `bucketing` (the tasks, in models/, declare it; the policy alone reads it)."""
+    assert not calls(name, "form_batches"), f"{name} calls form_batches: ask the Batching policy"
+    if room(name).split(".")[0] != "models":
+        assert not reads(name, "bucketing"), f"{name} reads .bucketing: ask the Batching policy"
 
 
 def takes_the_job(name: str) -> list[str]:

@@ -22,11 +22,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from batchscore.job.sections import Job
+from batchscore.job.sections import BatchingConfig, Job
 from batchscore.measure.gate import Trial
 from batchscore.models.tasks import generates
 from batchscore.output.settled import Budget
-from batchscore.pipeline.stages import batches
+from batchscore.pipeline.batching import Batching
 from batchscore.precision.table import precision
 from batchscore.runtime.device import is_out_of_memory, resolve_device
 
@@ -156,11 +156,12 @@ def choose_budget(
     table: pa.Table,
     *,
     max_length: int | None,
-    max_rows: int,
+    batching: BatchingConfig,
     generates: bool = False,
 ) -> Budget:
     """The budget for the run's model (the chosen trial's): from its shape, and on a GPU
-    probed with one batch of the sample's rows, halved until it fits."""
+    probed with one batch of the sample's rows (cut as `[batching]` cuts the run's), halved
+    until it fits."""
     task, executor = chosen.task, chosen.executor
     encoded = task.encode(table)
     sizes = encoded.lengths + encoded.reserve
@@ -171,22 +172,25 @@ def choose_budget(
         shape, device=executor.device, dtype=executor.dtype, longest=longest, generates=generates
     )
     if executor.device.type == "cuda" and len(sizes):
-        fits = probe(chosen, encoded, budget, max_rows=max_rows, floor=power_of_two_above(longest))
+        policy = Batching.of(batching, task, max_tokens=budget)
+        fits = probe(chosen, encoded, policy, floor=power_of_two_above(longest))
         if fits != budget:
             why += f"; {budget} ran out of memory in a probe, {fits} fits"
         budget = fits
     return Budget(budget, why)
 
 
-def probe(chosen: Trial, encoded: Any, budget: int, *, max_rows: int, floor: int) -> int:
-    """The largest of ``budget``, its half, its quarter, ... (not below ``floor``) at which one
-    batch of the sample's rows, repeated to fill it, runs without running out of memory."""
+def probe(chosen: Trial, encoded: Any, policy: Batching, *, floor: int) -> int:
+    """The largest of ``policy``'s budget, its half, its quarter, ... (not below ``floor``) at
+    which one batch of the sample's rows, repeated to fill it and cut by ``policy``, runs
+    without running out of memory."""
     task, executor = chosen.task, chosen.executor
     sizes = encoded.lengths + encoded.reserve
     while True:
+        budget = policy.max_tokens
         copies = int(np.ceil(budget / max(int(sizes.sum()), 1)))
         units = np.tile(np.arange(len(sizes)), copies)
-        cut = batches(encoded, units, budget, max_rows=max_rows, sort=task.bucketing)
+        cut = policy.batches(encoded, units)
         fullest = max(cut, key=lambda b: len(b) * int(sizes[b].max()))
         try:
             executor.run(lambda b=fullest: task.forward(encoded, b))
@@ -199,7 +203,7 @@ def probe(chosen: Trial, encoded: Any, budget: int, *, max_rows: int, floor: int
                 raise
             executor.release_memory()
             log.info("max_tokens = auto: %d ran out of memory; trying %d", budget, budget // 2)
-            budget //= 2
+            policy = policy.under(budget // 2)
 
 
 def planned_budget(job: Job, model_path: Path) -> int:

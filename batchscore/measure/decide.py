@@ -121,7 +121,7 @@ def decide(
             model_path,
             table,
             max_length=job.model.max_length,
-            max_rows=job.batching.max_rows,
+            batching=job.batching,
             generates=generates(job.model, model_path),
         )
         log.info("max_tokens = auto: %s", budget_choice.why)

@@ -15,9 +15,9 @@ from batchscore.job.sections import Job, QualityConfig
 from batchscore.measure.load import convert, convertible, load_at
 from batchscore.models.agreement import Agreement
 from batchscore.models.base import Task
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.sampler import padded_tokens, restore
-from batchscore.pipeline.stages import batches
 from batchscore.pipeline.static import run_sample
 from batchscore.runtime.executor import Executor
 
@@ -95,8 +95,10 @@ def trial(
     load_s = time.perf_counter() - started
     encoded = task.encode(table)
     units = np.arange(len(encoded.lengths))
-    cut = batches(encoded, units, max_tokens, max_rows=job.batching.max_rows, sort=task.bucketing)
-    ran = run_sample(encoded, cut, task=task, executor=executor, max_rows=job.batching.max_rows)
+    policy = Batching.of(job.batching, task, max_tokens=max_tokens)  # cut as the run cuts
+    ran = run_sample(
+        encoded, policy.batches(encoded, units), task=task, executor=executor, policy=policy
+    )
     cut, outputs, spent = ran.batches, ran.outputs, ran.seconds  # as run, split where too big
     seconds = cold = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
     sizes = [padded_tokens(encoded.lengths + encoded.reserve, [b]) for b in cut]

@@ -21,7 +21,8 @@ from batchscore.job.sections import Job, ModelConfig
 from batchscore.models.base import Task
 from batchscore.models.tasks import generates, input_kinds, load_task
 from batchscore.observe.progress import stage
-from batchscore.pipeline.stages import batches, sample_rows
+from batchscore.pipeline.batching import Batching
+from batchscore.pipeline.stages import sample_rows
 from batchscore.precision.int8 import QuantReport, quantize_int8
 from batchscore.precision.table import precision
 from batchscore.runtime.executor import Executor
@@ -134,9 +135,7 @@ def calibrate(job: Job, task: Task, executor: Executor, table: pa.Table) -> Quan
     """
     encoded = task.encode(table)
     units = np.arange(len(encoded.lengths))
-    cut = batches(
-        encoded, units, trial_budget(job), max_rows=job.batching.max_rows, sort=task.bucketing
-    )
+    cut = Batching.of(job.batching, task, max_tokens=trial_budget(job)).batches(encoded, units)
     if not cut:
         raise ModelError("int8 calibrates on the job's first rows, and none of them can be scored")
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
+from batchscore.pipeline.batching import Batching
 from batchscore.runtime.executor import Executor
 from batchscore.work.units import Window
 
@@ -30,20 +31,23 @@ def run_stream(
     *,
     task: Any,
     executor: Executor,
-    limits: tuple[int, int],
+    policy: Batching,
     reuse_prefix: bool,
     progress: Progress,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Every unit of ``cut`` through the task's scheduler, under ``limits`` (max_tokens,
-    max_rows); returns the results in unit order (repeats given their twin's) and the units
+    """Every unit of ``cut`` through the task's scheduler, seated under ``policy``'s budget
+    and max_rows; returns the results in unit order (repeats given their twin's) and the units
     prefilled together in each call, which the run's counters treat as its batches."""
     encoded, same_as = window.encoded, window.same_as
     order = np.concatenate(cut) if cut else np.empty(0, dtype=np.int64)
     rows_per_unit = window.table.num_rows / max(len(window.units), 1)
     results = np.empty(len(encoded.lengths), dtype=object)
-    max_tokens, max_rows = limits
     schedule = task.stream(
-        encoded, order, max_tokens=max_tokens, max_rows=max_rows, reuse_prefix=reuse_prefix
+        encoded,
+        order,
+        max_tokens=policy.max_tokens,
+        max_rows=policy.max_rows,
+        reuse_prefix=reuse_prefix,
     )
 
     def drain() -> None:

@@ -15,6 +15,7 @@ from batchscore.job.sections import BatchingConfig, InputConfig
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
 from batchscore.observe.run_stats import RunStats
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.known import Known
 from batchscore.pipeline.scoring import Scorer
 from batchscore.pipeline.stages import encode_window, window_rows
@@ -37,10 +38,10 @@ def memory_windows(
     """The table as one chunk's windows of `[batching].window_rows` rows, encoded and cut;
     units whose result is ``known`` are not batched."""
     chunk = Chunk(MEMORY_SHARD, 0, 0, table.num_rows, 1)
-    step = window_rows(task, batching)
+    step, policy = window_rows(task, batching), Batching.of(batching, task)
     for start in range(0, table.num_rows, step):
         rows = Rows(table.slice(start, step), offset=start, read=min(step, table.num_rows - start))
-        yield encode_window(chunk, rows, task, batching, on_error, known)
+        yield encode_window(chunk, rows, task, policy, on_error, known)
 
 
 def score_table(

@@ -24,10 +24,10 @@ from batchscore.models.base import USAGE, Task
 from batchscore.observe.progress import Progress
 from batchscore.observe.run_stats import RunStats
 from batchscore.pipeline.assemble import assemble
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.continuous import run_stream, streams
 from batchscore.pipeline.pace import Pace
 from batchscore.pipeline.sampler import padded_tokens
-from batchscore.pipeline.stages import batches
 from batchscore.pipeline.static import Budget, Outcome, Ran, run_window
 from batchscore.runtime.device import is_out_of_memory
 from batchscore.runtime.executor import Executor
@@ -82,7 +82,7 @@ class Scorer:
         self.task, self.executor = task, executor
         self.inp, self.batching = inp, batching
         self.stats, self.progress, self.pace = stats, progress, pace
-        self.budget = Budget(batching.max_tokens)
+        self.budget = Budget(Batching.of(batching, task))
         self.skip = on_error == "skip"
         self.usage = tuple(f.name for f in task.columns if f.name in USAGE)  # the run counts
 
@@ -96,13 +96,10 @@ class Scorer:
             if self.pace is not None:
                 self.pace.took(0, 0)  # nothing to measure: the reader goes on
             return
-        max_tokens = self.budget.for_shard(window.chunk.shard.index)
+        policy = self.budget.for_shard(window.chunk.shard.index)
         cut = window.batches
-        if max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
-            sort = self.batching.sort and self.task.bucketing
-            cut = batches(
-                window.encoded, window.pending, max_tokens, max_rows=self.max_rows, sort=sort
-            )
+        if policy.max_tokens < window.cut_for:  # an earlier out-of-memory shrank the budget
+            cut = policy.batches(window.encoded, window.pending)
         handoff = Handoff(self, window, hand, batches=len(cut), started=started)
         read = sum(p.rows.read for p in window.parts)
 
@@ -113,7 +110,7 @@ class Scorer:
                 if share > 0:
                     self.pace.took(round(read * share), time.monotonic() - started)
 
-        outcome = self.run(window, cut, max_tokens, after_batch=after_batch)
+        outcome = self.run(window, cut, policy, after_batch=after_batch)
         if not len(window.encoded.lengths):
             self.progress.advance(window.table.num_rows, 0)
         count(self.stats, window, outcome.batches)
@@ -169,21 +166,21 @@ class Scorer:
         self,
         window: Window,
         cut: list[np.ndarray],
-        max_tokens: int,
+        policy: Batching,
         after_batch: Callable[[Ran], None],
     ) -> Outcome:
-        """The window's units through the model: continuously batched where the task can, else
-        (or after an out-of-memory there) in the static batches ``cut``."""
+        """The window's units through the model: continuously batched where the task can (under
+        ``policy``'s limits, the shard's in force), else (or after an out-of-memory there) in
+        the static batches ``cut``."""
         if cut and streams(self.task, enabled=self.batching.continuous):
-            limits, reuse = (max_tokens, self.max_rows), self.batching.prefix_cache
             try:
                 results, prefills = run_stream(
                     window,
                     cut,
                     task=self.task,
                     executor=self.executor,
-                    limits=limits,
-                    reuse_prefix=reuse,
+                    policy=policy,
+                    reuse_prefix=self.batching.prefix_cache,
                     progress=self.progress,
                 )
                 return Outcome(results, {}, prefills)
@@ -198,14 +195,9 @@ class Scorer:
             task=self.task,
             executor=self.executor,
             budget=self.budget,
-            max_rows=self.max_rows,
             progress=self.progress,
             after_batch=after_batch,
         )
-
-    @property
-    def max_rows(self) -> int:
-        return self.batching.max_rows
 
     def rejected(self, window: Window, part: Part, errors: dict[int, str]) -> pa.Table | None:
         """A part's rows recorded with an error, listed for `_batchscore/rejected/`."""

@@ -6,8 +6,8 @@
 consecutive chunks, of any number of shards, until it holds `[batching].window_rows`, so many
 small shards sort and batch as well as one large one; each chunk keeps its own rows (a `Part`)
 and is still committed on its own. `sample_rows` reads the job's first distinct rows through
-the same reader and filter, for the quality gate and int8 calibration. `batches` is the one way rows
-become batches, wherever they are cut.
+the same reader and filter, for the quality gate and int8 calibration. Batches are cut by the
+job's batching policy (`batchscore.pipeline.batching`), the one way rows become batches.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from batchscore.errors import InputDataError, JobError
 from batchscore.job.sections import ROW_HASH, BatchingConfig, InputConfig
 from batchscore.job.where import RowFilter
 from batchscore.models.base import Encoding, Task
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.pace import Pace
 from batchscore.pipeline.reader import read_rows
-from batchscore.pipeline.sampler import first_of_each, form_batches
+from batchscore.pipeline.sampler import first_of_each
 from batchscore.work.columns import gather
 from batchscore.work.folders import FOLDER, image_layout, with_folder
 from batchscore.work.row_hash import hash_column, hashed_columns
@@ -48,14 +49,6 @@ def with_row_hash(rows: Rows, hashed: tuple[str, ...]) -> Rows:
     """By rows, a window's rows with each one's hash, the column the output carries it in."""
     rows.table = rows.table.append_column(ROW_HASH, hash_column(rows.table, hashed))
     return rows
-
-
-def batches(
-    encoded: Encoded, units: np.ndarray, max_tokens: int, *, max_rows: int, sort: bool
-) -> list[np.ndarray]:
-    """Cut ``units`` into batches under the budget; a unit longer than it runs alone."""
-    sizes = np.minimum((encoded.lengths + encoded.reserve)[units], max_tokens)
-    return [units[b] for b in form_batches(sizes, max_tokens, max_rows, sort)]
 
 
 def check_fits(encoded: Encoded, max_tokens: int) -> None:
@@ -102,10 +95,11 @@ def windows(
     row_filter = inp.row_filter
     columns, size = input_columns(inp, kinds), window_rows(task, batching)
     hashed = hashed_columns(inp, kinds) if inp.by_rows else None
+    policy = Batching.of(batching, task)
     gone: set[int] = set()  # shards that failed
 
     def window(parts: list[Part]) -> Iterator[Window]:
-        return combine(parts, task, gone, batching, on_error, known)
+        return combine(parts, task, gone, policy, on_error, known)
 
     def most() -> int:  # input rows the next window may hold
         return size if pace is None else min(size, pace.rows())
@@ -159,7 +153,7 @@ def combine(
     parts: list[Part],
     task: Encoding,
     gone: set[int],
-    batching: BatchingConfig,
+    policy: Batching,
     on_error: str,
     known: Known | None = None,
 ) -> Iterator[Window]:
@@ -175,7 +169,7 @@ def combine(
             part.start, start = start, start + part.rows.table.num_rows
         window = Window(parts, table if table is not None else parts[0].rows.table)
         try:
-            yield encode(window, task, batching, on_error, known)
+            yield encode(window, task, policy, on_error, known)
             return
         except RowError as exc:
             for chunk, error in exc.failures:
@@ -212,15 +206,16 @@ def row_error(window: Window, errors: dict[int, str]) -> RowError:
 def encode(
     window: Window,
     task: Encoding,
-    batching: BatchingConfig,
+    policy: Batching,
     on_error: str,
     known: Known | None = None,
 ) -> Window:
-    """Tokenizer + sampler for a window: encoded, repeats found, batches cut; `RowError` for
-    the first row that cannot be encoded under ``on_error = "fail"``. ``task`` is the adapter,
-    or (`batchscore plan`) its encoding alone, without weights. Units whose result is
-    ``known`` (taken from it) are set aside with their results and not batched."""
-    max_tokens = batching.max_tokens
+    """Tokenizer + sampler for a window: encoded, repeats found, batches cut by ``policy``
+    (the job's, `Batching.of`); `RowError` for the first row that cannot be encoded under
+    ``on_error = "fail"``. ``task`` is the adapter, or (`batchscore plan`) its encoding alone,
+    without weights. Units whose result is ``known`` (taken from it) are set aside with their
+    results and not batched."""
+    max_tokens = policy.max_tokens
     encoded = task.encode(window.table)
     if encoded.errors and on_error == "fail":
         raise row_error(window, encoded.errors)
@@ -230,9 +225,7 @@ def encode(
     window.encoded, window.units, window.same_as = encoded, units, same_as
     if known and keys is not None:
         window.known, window.known_results = known.take(keys, units)
-    sort = batching.sort and task.bucketing
-    cuts = batches(encoded, window.pending, max_tokens, max_rows=batching.max_rows, sort=sort)
-    window.batches, window.cut_for = cuts, max_tokens
+    window.batches, window.cut_for = policy.batches(encoded, window.pending), max_tokens
     return window
 
 
@@ -240,13 +233,13 @@ def encode_window(
     chunk: Chunk,
     rows: Rows,
     task: Task,
-    batching: BatchingConfig,
+    policy: Batching,
     on_error: str,
     known: Known | None = None,
 ) -> Window:
     """One chunk's window of rows, encoded and cut (`InputDataError` under ``on_error =
     "fail"`` for a row that cannot be encoded): for callers that read rows themselves."""
-    return encode(Window([Part(chunk, rows)], rows.table), task, batching, on_error, known)
+    return encode(Window([Part(chunk, rows)], rows.table), task, policy, on_error, known)
 
 
 def sample_rows(

@@ -1,8 +1,9 @@
 """A window's static batches through the model, surviving out-of-memory (`run_window`).
 
 Out of memory is not fatal, in any batch (the quality gate's sample too, `run_sample`): the
-batch is re-planned under half the padded tokens it had, the smaller budget holds for the rest
-of the shard, and a single row that cannot fit even alone becomes that row's error. Rows are
+batch is re-planned under half the padded tokens it had (`Batching.halved`), the smaller budget
+holds for the rest of the shard, and a single row that cannot fit even alone becomes that row's
+error. Rows are
 never dropped: every row leaves with an output or an error.
 
 What the model has given so far is kept in a `Ran`, which can say at any point which units are
@@ -23,8 +24,8 @@ from batchscore import faults
 from batchscore.errors import ModelError
 from batchscore.models.base import Task
 from batchscore.observe.progress import Progress
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.sampler import padded_tokens, restore
-from batchscore.pipeline.stages import batches
 from batchscore.runtime.device import is_out_of_memory
 from batchscore.runtime.executor import Executor
 from batchscore.runtime.transfer import Pending, Ready
@@ -36,16 +37,22 @@ NON_FINITE = "non-finite output (NaN or inf) from the model"
 
 @dataclass
 class Budget:
-    """The token budget in force; it shrinks after an out-of-memory and resets per shard."""
+    """The batching policy in force: after an out-of-memory a smaller one (`Batching.halved`)
+    holds for the rest of the shard; each shard starts from the job's (``configured``)."""
 
-    configured: int
-    max_tokens: int = 0
+    configured: Batching
+    in_force: Batching | None = None
     shard: int = -1
 
-    def for_shard(self, shard: int) -> int:
-        if shard != self.shard:
-            self.shard, self.max_tokens = shard, self.configured
-        return self.max_tokens
+    def for_shard(self, shard: int) -> Batching:
+        if shard != self.shard or self.in_force is None:  # a new shard starts from the job's
+            self.shard, self.in_force = shard, self.configured
+        return self.in_force
+
+    def halve(self, padded: int) -> Batching:
+        """After ``padded`` tokens ran out of memory: the policy for the rest of the shard."""
+        self.in_force = (self.in_force or self.configured).halved(padded)
+        return self.in_force
 
 
 @dataclass
@@ -135,7 +142,6 @@ def run_window(
     task: Task,
     executor: Executor,
     budget: Budget,
-    max_rows: int,
     progress: Progress,
     after_batch: Callable[[Ran], None] = lambda ran: None,
 ) -> Outcome:
@@ -185,8 +191,8 @@ def run_window(
                 ran.lost.append(int(batch[0]))
                 progress.advance(rows_per_unit, 0)
                 continue
-            budget.max_tokens = max(1, padded // 2)  # also for the rest of the shard
-            queue = halved(encoded, batch, queue, budget.max_tokens, max_rows=max_rows)
+            smaller = budget.halve(padded)  # also for the rest of the shard
+            queue = halved(encoded, batch, queue, smaller)
             continue
         # The batch before this one is taken only now that this one is launched: on a GPU its
         # copy back and this one's copy in and kernels overlap; on the CPU both are done.
@@ -208,19 +214,20 @@ def launcher(task: Task) -> Callable[[Encoded, np.ndarray], Pending]:
 
 
 def halved(
-    encoded: Encoded, batch: np.ndarray, queue: list[np.ndarray], max_tokens: int, *, max_rows: int
+    encoded: Encoded, batch: np.ndarray, queue: list[np.ndarray], policy: Batching
 ) -> list[np.ndarray]:
     """What is left to run after ``batch`` ran out of memory: its two halves first (so the loop
-    always ends, however the budget falls), then what was queued, re-cut under ``max_tokens``."""
+    always ends, however the budget falls), then what was queued, re-cut by ``policy`` (the
+    job's, under the smaller budget): sorted or in input order as the job's batches were."""
     padded = padded_tokens(encoded.lengths + encoded.reserve, [batch])
     log.warning(
         "out of memory on %d rows x %d tokens; budget now %d tokens",
         len(batch),
         padded // len(batch),
-        max_tokens,
+        policy.max_tokens,
     )
     if queue:
-        queue = batches(encoded, np.concatenate(queue), max_tokens, max_rows=max_rows, sort=True)
+        queue = policy.batches(encoded, np.concatenate(queue))
     half = len(batch) // 2
     return [batch[:half], batch[half:], *queue]
 
@@ -236,12 +243,12 @@ class Sample:
 
 
 def run_sample(
-    encoded: Encoded, cut: list[np.ndarray], *, task: Task, executor: Executor, max_rows: int
+    encoded: Encoded, cut: list[np.ndarray], *, task: Task, executor: Executor, policy: Batching
 ) -> Sample:
-    """The gate's sample (``cut``) through the model, out of memory handled as a run's batches
-    are (`run_window`): the batch halved, the rest re-cut under half its tokens. A sample row
-    that cannot fit even alone is the model's problem (exit 4): the gate cannot judge without
-    it, and the run's budget is the gate's."""
+    """The gate's sample (``cut``, by ``policy``) through the model, out of memory handled as a
+    run's batches are (`run_window`): the batch halved, the rest re-cut under half its tokens
+    (`Batching.halved`). A sample row that cannot fit even alone is the model's problem (exit
+    4): the gate cannot judge without it, and the run's budget is the gate's."""
     queue, sample = list(cut), Sample()
     sizes = encoded.lengths + encoded.reserve
     while queue:
@@ -260,7 +267,7 @@ def run_sample(
                     f"out of memory scoring one sample row of {padded} tokens for the quality "
                     f"gate on {executor.device}: lower [model].max_length, or free the device"
                 ) from exc
-            queue = halved(encoded, batch, queue, max(1, padded // 2), max_rows=max_rows)
+            queue = halved(encoded, batch, queue, policy.halved(padded))
             continue
         sample.batches.append(batch)
         sample.outputs.append(out)

@@ -39,8 +39,8 @@ from batchscore.models.source.locate import locate
 from batchscore.models.tasks import generates
 from batchscore.observe.phases import describe
 from batchscore.output.checkpoint import Checkpoint
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.sampler import padded_tokens
-from batchscore.pipeline.stages import batches
 from batchscore.precision.table import available, check_precision, precision
 from batchscore.recipes.plan import SAMPLE_ROWS, plan_counts
 from batchscore.runtime.device import resolve_device
@@ -307,10 +307,7 @@ def timed_sample(job: Job, model_path: Path, table: pa.Table) -> tuple[float, fl
     load_s = time.perf_counter() - start
     encoded = task.encode(table)
     units = np.arange(len(encoded.lengths))
-    sort = job.batching.sort and task.bucketing
-    cut = batches(
-        encoded, units, job.batching.max_tokens, max_rows=job.batching.max_rows, sort=sort
-    )
+    cut = Batching.of(job.batching, task).batches(encoded, units)
     if not cut:
         return 1.0, load_s, 0, executor.runtime
     executor.run(lambda: task.forward(encoded, cut[0]))  # warm-up: first calls pay set-up costs

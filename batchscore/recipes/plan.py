@@ -37,8 +37,9 @@ from batchscore.output.diff import rows_line
 from batchscore.output.format_table import open_format
 from batchscore.output.todo import to_do
 from batchscore.output.verdict import bad_share_error
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.reader import read_rows
-from batchscore.pipeline.sampler import form_batches, padded_tokens
+from batchscore.pipeline.sampler import padded_tokens
 from batchscore.pipeline.stages import input_columns, windows
 from batchscore.work.columns import gather
 from batchscore.work.folders import with_folder
@@ -300,6 +301,7 @@ def padding(job: Job, counts: Counts, fraction: float, task_encoding: Encoding) 
     if not len(sizes):
         return {"padded_tokens": 0, "batches": 0, "efficiency": 1.0, "exact": False}
     budget = job.batching.max_tokens if isinstance(job.batching.max_tokens, int) else 8192
+    policy = Batching.of(job.batching, task_encoding, max_tokens=budget)  # the run's own cut
     per_row = len(sizes) / max(counts.sampled_rows, 1)
     window = max(1, round(job.batching.window_rows * per_row))
     rng = np.random.default_rng(SEED)
@@ -307,8 +309,7 @@ def padding(job: Job, counts: Counts, fraction: float, task_encoding: Encoding) 
     draws = max(1, min(8, math.ceil(counts.rows * per_row / window)))
     for _ in range(draws):
         drawn = rng.choice(sizes, size=window, replace=True)
-        sort = job.batching.sort and task_encoding.bucketing
-        batches = form_batches(np.minimum(drawn, budget), budget, job.batching.max_rows, sort)
+        batches = policy.cut(drawn)
         real, cut = real + int(drawn.sum()), cut + len(batches)
         padded += padded_tokens(drawn, batches)
     efficiency = real / padded if padded else 1.0

@@ -39,7 +39,7 @@ def worker(precision: str, compile: bool, rows: int, passes: int, max_length: in
 
     from batchscore.job.sections import EmbedConfig, InputConfig, ModelConfig
     from batchscore.models.tasks import load_task
-    from batchscore.pipeline.stages import batches
+    from batchscore.pipeline.batching import Batching
     from batchscore.runtime.executor import Executor
 
     config = ModelConfig(task="embed", precision=precision, max_length=max_length,
@@ -49,7 +49,7 @@ def worker(precision: str, compile: bool, rows: int, passes: int, max_length: in
     task = load_task(path, model=config, options=EmbedConfig(), inp=InputConfig(path=("-",)),
                      executor=executor)  # fmt: skip
     encoded = task.encode(bench.sample(rows))
-    cut = batches(encoded, np.arange(len(encoded.lengths)), 16384, max_rows=512, sort=True)
+    cut = Batching(16384, 512, sort=True).batches(encoded, np.arange(len(encoded.lengths)))
     first = time.perf_counter()
     executor.run(lambda: task.forward(encoded, cut[0]))
     result = {"first_batch_at": time.monotonic(), "first_batch_s": time.perf_counter() - first}

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
+from batchscore.job.parse import load_job
 from batchscore.job.sections import QualityConfig
-from batchscore.measure.gate import Trial, judge
+from batchscore.measure.gate import Trial, judge, trial
+from batchscore.measure.load import job_sample
 from batchscore.models import agreement
 from batchscore.models.generate import AbstractiveSummarizeTask
+from batchscore.models.source.locate import locate
 from batchscore.models.tasks import TASKS
+from tests.reliability import make_job
 
 GATE = QualityConfig()
 
@@ -91,3 +96,16 @@ def test_a_model_let_go_gives_its_gpu_memory_back_once_nothing_holds_it(monkeypa
     del module
     reference.unload()
     assert alive_at_empty == [False] and reference.task is None and reference.columns
+
+
+def test_the_gate_cuts_its_sample_as_the_run_cuts_its_rows(tmp_path, small_corpus):
+    """`[batching].sort = false` holds for the gate's sample too: its rows run in input order,
+    as the run's do, so the results the run adopts from it (`Trial.known`) and its padded
+    tokens per row (which size the run's windows) are the run's own."""
+    sets = ["batching.sort=false", "quality.sample_rows=24", 'model.runtime="torch"']
+    job = load_job(make_job(tmp_path, small_corpus.slice(0, 40)), sets)
+    model_path, table = locate(job.model), job_sample(job)
+    ran = trial(job, model_path, "fp32", table=table, max_tokens=256, timed=False)
+    assert len(ran.known.batches) > 1
+    assert np.concatenate(ran.known.batches).tolist() == list(range(table.num_rows))
+    ran.unload()

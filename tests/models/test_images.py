@@ -291,7 +291,8 @@ def test_windows_hold_the_pixel_budget(clip_path: Path, monkeypatch):
     job's image count (max_rows) and positions (max_tokens: 17 per image here)."""
     from batchscore.job.sections import BatchingConfig, EmbedConfig, InputConfig, ModelConfig
     from batchscore.models import images as module
-    from batchscore.pipeline.stages import batches, window_rows
+    from batchscore.pipeline.batching import Batching
+    from batchscore.pipeline.stages import window_rows
 
     monkeypatch.setattr(module, "WINDOW_PIXEL_BYTES", 5 * 3 * 32 * 32 * 4)
     model = ModelConfig(task="embed", path=str(clip_path), precision="fp32")
@@ -301,7 +302,9 @@ def test_windows_hold_the_pixel_budget(clip_path: Path, monkeypatch):
     good = picture("disc", "red", np.random.default_rng(0))
     encoded = encoding.encode(pa.table({"image": pa.array([good] * 9, pa.binary())}))
     assert encoded.extra["pixels"].shape == (9, 3, 32, 32) and set(encoded.lengths) == {17}
-    cut = batches(encoded, np.arange(9), 17 * 4, max_rows=3, sort=False)
+    policy = Batching.of(BatchingConfig(max_tokens=17 * 4, max_rows=3), encoding)
+    assert not policy.sort  # every image is as long as the next: nothing to sort
+    cut = policy.batches(encoded, np.arange(9))
     assert [len(b) for b in cut] == [3, 3, 3]
 
 

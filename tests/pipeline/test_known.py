@@ -15,6 +15,7 @@ from batchscore.observe.figures import page_numbers
 from batchscore.observe.html import render
 from batchscore.observe.progress import Progress
 from batchscore.observe.run_stats import summary
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.known import Known, unit_keys
 from batchscore.pipeline.score_table import MEMORY_SHARD
 from batchscore.pipeline.stages import encode_window
@@ -64,12 +65,19 @@ def test_each_known_result_is_given_once_and_no_unit_is_scored_twice(texts, samp
     known = Known.of(gate, task.forward(gate, np.arange(len(gate.lengths))) + 0.5)
     offered, taken = set(texts[:sample]), set()
     chunk = Chunk(MEMORY_SHARD, 0, 0, len(texts), 1)
+    policy = Batching.of(job.batching, task)
     for start in range(0, len(texts), window_rows):
         here = texts[start : start + window_rows]
         rows = Rows(pa.table({"text": here}, schema=SCHEMA), offset=start, read=len(here))
-        window = encode_window(chunk, rows, task, job.batching, job.output.on_error, known)
-        outcome = run_window(window, window.batches, task=task, executor=executor,
-                             budget=Budget(64), max_rows=4, progress=QUIET)  # fmt: skip
+        window = encode_window(chunk, rows, task, policy, job.output.on_error, known)
+        outcome = run_window(
+            window,
+            window.batches,
+            task=task,
+            executor=executor,
+            budget=Budget(policy),
+            progress=QUIET,
+        )
         given_units = [] if window.known is None else window.known.tolist()
         given_now = {here[u] for u in given_units}
         assert given_now == (set(here) & offered) - taken

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from batchscore.api import data_job
 from batchscore.errors import ModelError
-from batchscore.job.sections import ModelConfig
+from batchscore.job.sections import BatchingConfig, ModelConfig
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.sampler import padded_tokens
-from batchscore.pipeline.stages import batches, encode
+from batchscore.pipeline.stages import encode
 from batchscore.pipeline.static import Budget, run_sample, run_window
 from batchscore.runtime.device import is_out_of_memory
 from batchscore.runtime.executor import Executor
@@ -72,8 +73,9 @@ def test_out_of_memory_in_any_batch_halves_it_and_every_row_leaves(texts, fits, 
     out-of-memory, no batch the loop plans is over the smaller budget it set."""
     task = Full(fits, raises)
     job = data_job(task="embed", model=None, text="text", options=OPTIONS)
-    window = encode(window_of(texts, [len(texts)]), task, job.batching, "skip")
-    budget = Budget(256)
+    policy = Batching.of(job.batching, task)
+    window = encode(window_of(texts, [len(texts)]), task, policy, "skip")
+    budget = Budget(policy)
     budget.for_shard(0)
     outcome = run_window(
         window,
@@ -81,7 +83,6 @@ def test_out_of_memory_in_any_batch_halves_it_and_every_row_leaves(texts, fits, 
         task=task,
         executor=Executor(job.model),
         budget=budget,
-        max_rows=64,
         progress=QUIET,
     )
     for row, text in enumerate(texts):
@@ -92,7 +93,8 @@ def test_out_of_memory_in_any_batch_halves_it_and_every_row_leaves(texts, fits, 
     split = [len(b) > 1 and padded_tokens(window.encoded.lengths, [b]) > fits
              for b in window.batches]  # fmt: skip
     if any(split):  # a batch ran out of memory and was split: the budget fell, and stays down
-        assert budget.max_tokens < 256 and budget.for_shard(0) == budget.max_tokens
+        assert budget.in_force.max_tokens < 256 and budget.for_shard(0) == budget.in_force
+        assert policy.max_tokens == 256  # the job's policy stands: the next shard starts from it
 
 
 @pytest.mark.parametrize("raises", sorted(FULL))
@@ -101,8 +103,9 @@ def test_the_gates_sample_halves_too_and_gives_every_rows_result(raises):
     task = Full(40, raises)
     executor = Executor(ModelConfig(task="embed", precision="fp32", device="cpu", threads=1))
     encoded = task.encode(window_of(texts, [len(texts)]).table)
-    cut = batches(encoded, np.arange(len(texts)), 4096, max_rows=64, sort=True)
-    sample = run_sample(encoded, cut, task=task, executor=executor, max_rows=64)
+    policy = Batching(4096, 64, sort=True)
+    cut = policy.batches(encoded, np.arange(len(texts)))
+    sample = run_sample(encoded, cut, task=task, executor=executor, policy=policy)
     got = {int(u): r for b, o in zip(sample.batches, sample.outputs, strict=True)
            for u, r in zip(b, o, strict=True)}  # fmt: skip
     assert got == {i: sum(t.encode()) for i, t in enumerate(texts)}
@@ -114,4 +117,28 @@ def test_a_sample_row_that_cannot_fit_alone_is_the_models_error_naming_its_token
     executor = Executor(ModelConfig(task="embed", precision="fp32", device="cpu", threads=1))
     encoded = task.encode(window_of(["abc", "x" * 9], [2]).table)
     with pytest.raises(ModelError, match="one sample row of 9 tokens"):
-        run_sample(encoded, [np.arange(2)], task=task, executor=executor, max_rows=8)
+        policy = Batching(4096, 8, sort=True)
+        run_sample(encoded, [np.arange(2)], task=task, executor=executor, policy=policy)
+
+
+def test_out_of_memory_in_an_unsorted_job_cuts_the_rest_in_input_order():
+    """`[batching].sort = false` holds after an out-of-memory too: what was queued is cut again
+    in input order under the smaller budget, never sorted by length."""
+    texts = ["e" * 9, "a", "g" * 30, "bb", "f" * 14, "ccc", "a", "g" * 30]
+    task, ran = Full(40, "allocator"), []
+    forward = task.forward
+
+    def recorded(encoded: Encoded, batch: np.ndarray) -> np.ndarray:
+        out = forward(encoded, batch)  # out of memory: not run, not recorded
+        ran.extend(batch.tolist())
+        return out
+
+    task.forward = recorded
+    policy = Batching.of(BatchingConfig(max_tokens=256, max_rows=64, sort=False), task)
+    window = encode(window_of(texts, [len(texts)]), task, policy, "skip")
+    budget = Budget(policy)
+    budget.for_shard(0)
+    executor = Executor(ModelConfig(task="embed", precision="fp32", device="cpu", threads=1))
+    run_window(window, window.batches, task=task, executor=executor, budget=budget, progress=QUIET)
+    assert budget.in_force.max_tokens < 256 and not budget.in_force.sort
+    assert ran == sorted(ran) == window.units.tolist()  # the repeats are scored once

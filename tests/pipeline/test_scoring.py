@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from batchscore.api import data_job
 from batchscore.job.sections import Job
 from batchscore.observe.run_stats import RunStats
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.scoring import HANDOFFS, Scorer
 from batchscore.pipeline.stages import encode
 from batchscore.runtime.executor import Executor
@@ -70,7 +71,8 @@ def test_every_part_is_handed_on_once_with_its_own_rows(sizes, letters, max_rows
     task = Summed()
     options = {"max_tokens": 64, "max_rows": max_rows, "precision": "fp32"}
     job = data_job(task="embed", model=None, text="text", options=options)
-    window = encode(window_of(texts, sizes), task, job.batching, job.output.on_error)
+    policy = Batching.of(job.batching, task)
+    window = encode(window_of(texts, sizes), task, policy, job.output.on_error)
     handoffs: list[list[Scored]] = []
     scorer = scorer_for(job, task)
     scorer(window, handoffs.append)
@@ -89,7 +91,8 @@ def test_parts_complete_early_go_before_the_window_ends():
     task = Summed()
     job = data_job(task="embed", model=None, text="text",
                    options={"max_tokens": 64, "max_rows": 4, "precision": "fp32"})  # fmt: skip
-    window = encode(window_of(texts, [1] * len(texts)), task, job.batching, job.output.on_error)
+    policy = Batching.of(job.batching, task)
+    window = encode(window_of(texts, [1] * len(texts)), task, policy, job.output.on_error)
     handoffs: list[list[Scored]] = []
     scorer_for(job, task)(window, handoffs.append)
     assert len(window.batches) >= HANDOFFS and len(handoffs) > 1

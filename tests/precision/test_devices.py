@@ -20,6 +20,7 @@ from batchscore.errors import JobError, ModelError, OutputConflictError
 from batchscore.job.parse import load_job
 from batchscore.job.sections import ModelConfig
 from batchscore.measure.budget import Shape, probe, shape_budget
+from batchscore.pipeline.batching import Batching
 from batchscore.precision.table import available, bf16_native
 from batchscore.recipes.run import run_job
 from batchscore.recipes.validate import preflight
@@ -115,14 +116,14 @@ def encoded(rows: int = 64, length: int = 100) -> Encoded:
 
 def test_the_probe_halves_a_budget_that_runs_out_of_memory(gpu):
     chosen = SimpleNamespace(task=OutOfMemoryTask(fits=5000), executor=Runs())
-    assert probe(chosen, encoded(), 65536, max_rows=512, floor=128) == 4096
+    assert probe(chosen, encoded(), Batching(65536, 512, sort=True), floor=128) == 4096
 
 
 def test_a_budget_that_never_fits_is_the_floor_not_a_crash(gpu):
     """Every budget out of memory: the floor, for the scorer to split what does not fit (it
     turns a row that cannot fit alone into that row's error), never `ValueError`."""
     chosen = SimpleNamespace(task=OutOfMemoryTask(fits=0), executor=Runs())
-    assert probe(chosen, encoded(), 65536, max_rows=512, floor=128) == 128
+    assert probe(chosen, encoded(), Batching(65536, 512, sort=True), floor=128) == 128
 
 
 def test_openvino_on_a_gpu_machine_with_device_auto_is_refused_not_ignored(gpu, tmp_path):

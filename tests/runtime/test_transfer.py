@@ -15,6 +15,7 @@ import torch
 
 from batchscore.api import data_job
 from batchscore.job.sections import ModelConfig
+from batchscore.pipeline.batching import Batching
 from batchscore.pipeline.stages import encode
 from batchscore.pipeline.static import Budget, run_window
 from batchscore.runtime.executor import Executor
@@ -67,11 +68,14 @@ class Launches(Sums):
 def run(task: Sums, texts: list[str]) -> np.ndarray:
     options = {"max_tokens": 8, "max_rows": 2, "precision": "fp32", "threads": 1}
     job = data_job(task="embed", model=None, text="text", options=options)
-    window = encode(window_of(texts, [len(texts)]), task, job.batching, "fail")
-    budget = Budget(8)
+    policy = Batching.of(job.batching, task)
+    window = encode(window_of(texts, [len(texts)]), task, policy, "fail")
+    budget = Budget(policy)
     budget.for_shard(0)
-    outcome = run_window(window, window.batches, task=task, executor=Executor(job.model),
-                         budget=budget, max_rows=2, progress=QUIET)  # fmt: skip
+    executor = Executor(job.model)
+    outcome = run_window(
+        window, window.batches, task=task, executor=executor, budget=budget, progress=QUIET
+    )
     return outcome.results
 
 
