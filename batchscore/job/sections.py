@@ -155,32 +155,12 @@ class OutputConfig:
     # each row's tokens as its model read them (`prompt_tokens`; generation adds what it wrote),
     # and the run's totals in its report, summary and metrics: what an API would have charged
     usage: bool = False
-    # "delta": the folder is a Delta Lake table too (the `delta` extra), "iceberg" an Apache
-    # Iceberg table (the `iceberg` extra): `batchscore.output.format_table`
+    # "delta", "iceberg": the folder is a table too (its extra; `output.format_table`)
     format: Literal["parquet", "delta", "iceberg"] = "parquet"
-    # iceberg: the catalog the table is registered in, as pyiceberg's catalog properties
-    # (e.g. {type = "rest", uri = "https://..."}); empty: its own SQL catalog on a SQLite file
-    # under _batchscore/, so any Iceberg reader opens the folder from its newest metadata
+    # iceberg: the properties of the pyiceberg catalog to register the table in (e.g. {type =
+    # "rest", uri = "https://..."}); empty: its own SQLite catalog under _batchscore/
     catalog: dict[str, str] = field(default_factory=dict)
     table_name: str = "batchscore.scores"  # iceberg: the table's namespace and name there
-
-    def problems(self) -> list[str]:
-        """What is wrong with these keys together (each message starts with its key)."""
-        found = []
-        if self.format != "iceberg":
-            if self.catalog:
-                found.append('[output].catalog: only for format = "iceberg"')
-            if self.table_name != "batchscore.scores":
-                found.append('[output].table_name: only for format = "iceberg"')
-        bad = sorted(k for k, v in self.catalog.items() if not isinstance(v, str))
-        if bad:
-            found.append(f"[output].catalog: expected strings, not for {', '.join(bad)}")
-        if "." not in self.table_name.strip("."):
-            found.append(
-                f"[output].table_name: expected a namespace and a name "
-                f'("batchscore.scores"), got {self.table_name!r}'
-            )
-        return found
 
 
 @dataclass(frozen=True)

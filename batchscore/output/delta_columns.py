@@ -19,13 +19,9 @@ from typing import Any
 import pyarrow as pa
 
 from batchscore.errors import JobError, WriteError
+from batchscore.output.format import WHAT_TO_DO
 
 WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
-WHAT_TO_DO = (
-    "batchscore changed nothing; give the table back the column as batchscore writes it, or "
-    "run with --restart (batchscore's rows leave the table and are written again), or point "
-    "[output].path elsewhere"
-)
 
 
 def fields_of(schema: Any) -> dict[str, dict[str, Any]]:

@@ -44,6 +44,13 @@ import pyarrow as pa
 from batchscore.output.manifest import FileFacts
 from batchscore.storage.store import Store
 
+# what a table's refusal of batchscore's columns advises (`check_takes`), every format alike
+WHAT_TO_DO = (
+    "batchscore changed nothing; give the table back the column as batchscore writes it, or "
+    "run with --restart (batchscore's rows leave the table and are written again), or point "
+    "[output].path elsewhere"
+)
+
 
 def after(version: int, *, odd: bool) -> int:
     """The next version of a chunk in a table's log above ``version`` that is odd (the

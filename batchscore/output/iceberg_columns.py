@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from batchscore.errors import JobError, WriteError
-from batchscore.output.delta_columns import WHAT_TO_DO
+from batchscore.output.format import WHAT_TO_DO
 
 SMALL_INTS = (pa.int8(), pa.int16(), pa.uint8(), pa.uint16())
 
