@@ -21,6 +21,8 @@ from batchscore.job.sections import InputConfig, ModelConfig, QualityConfig
 from batchscore.models.tasks import load_task
 from batchscore.models.text.windows import strided
 from batchscore.runtime.executor import Executor
+from tests.commands import invoke
+from tests.conftest import read_output
 from tests.models import tiny
 
 TEXTS = [
@@ -252,3 +254,30 @@ def test_the_gate_passes_the_same_scores_and_fails_moved_ones():
     assert not task_class.agreement(None, reference, moved, gate).passed
     flipped = {**reference, "is_greedy": pa.array([False, False, False])}
     assert "greedy_agreement" in task_class.agreement(None, reference, flipped, gate).failures[0]
+
+
+def test_the_shipped_perplexity_job_runs_and_writes_its_columns(tmp_path: Path, small_corpus):
+    """jobs/perplexity.toml as shipped, through the command line, on the toy GPT-2 that
+    scripts/generate_example.py builds (briefly trained) and a slice of the sample corpus, laid
+    out as the repository lays them out; with token usage counted and increments by row."""
+    import generate_example
+    import sample_corpus
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "jobs", tmp_path / "jobs")
+    generate_example.build(small_corpus, tmp_path / "models" / "toy-gpt2", steps=1)
+    sample_corpus.write_shards(small_corpus.slice(0, 40), tmp_path / "data" / "docs", shards=2)
+    job = tmp_path / "jobs" / "perplexity.toml"
+    sets = ["--set", "output.usage=true", "--set", 'input.increments="rows"']
+    result = invoke("run", str(job), *sets)
+    assert result.exit_code == 0, result.stderr
+    out = read_output(tmp_path / "out" / "perplexity")
+    assert out.num_rows == 40
+    types = {f.name: str(f.type) for f in out.schema}
+    assert types["logprob"] == "double" and types["perplexity"] == "double"
+    assert types["tokens"] == "int32" and types["prompt_tokens"] == "int32"
+    assert out.column_names[:2] == ["doc_id", "kind"]
+    tokens, read = out["tokens"].to_numpy(), out["prompt_tokens"].to_numpy()
+    assert (read >= tokens + 1).all()  # every window's tokens, the BOS and overlaps included
+    perplexity = np.exp(-out["logprob"].to_numpy() / tokens)
+    np.testing.assert_allclose(out["perplexity"].to_numpy(), perplexity)
