@@ -233,8 +233,8 @@ def task_problems(
             f"Face id in [model].name); the built-in {DEFAULT_MODEL} is an encoder"
         )
     if inp.text_pair is not None and not section.reads_pairs:
-        pairs = " and ".join(t for t, s in TASK_SECTIONS.items() if s.reads_pairs)
-        problems.append(f"[input].text_pair: task {model.task} reads one text; {pairs} reads pairs")
+        pairs = ", ".join(t for t, s in TASK_SECTIONS.items() if s.reads_pairs)
+        problems.append(f"[input].text_pair: task {model.task} reads one text; {pairs} read pairs")
     problems += conversation_problems(inp, model.task)
     if inp.image is not None and model.task != "embed":
         problems.append(

@@ -198,7 +198,7 @@ class LoglikTask(Adapter):
     def output_names(cls, options: LoglikConfig) -> tuple[str, ...]:
         """Both modes' columns: which one a job runs is its [input]'s to say, and a job's other
         columns are kept clear of all of them (`columns` holds the mode's own)."""
-        listed = ("token_logprobs",) if options.token_logprobs else ()
+        listed = ("token_logprobs",) if getattr(options, "token_logprobs", False) else ()
         return ("logprob", "tokens", "perplexity", "is_greedy", *listed)
 
     @classmethod
