@@ -16,9 +16,9 @@ JOB_EXTRAS := images,structured
 RUNTIME := $(VENV)/.runtime-done
 DEV := $(VENV)/.dev-done
 DATA := data/docs/.built
-# The small models (and data) that jobs/tabular.toml, classify.toml, generate.toml and
-# embed_images.toml run with, trained (or, the tiny CLIP, built) here in seconds; each script's
-# docstring says what its model is and is not.
+# The small models (and data) that jobs/tabular.toml, classify.toml, generate.toml,
+# perplexity.toml and embed_images.toml run with, trained (or, the tiny CLIP, built) here in
+# seconds; each script's docstring says what its model is and is not.
 TABULAR := data/tabular/.built
 CLASSIFIER := models/docstring-kind/.built
 TOY_GPT := models/toy-gpt2/.built
@@ -91,6 +91,7 @@ ARGS ?=
 EXAMPLE_jobs/tabular.toml := $(TABULAR)
 EXAMPLE_jobs/classify.toml := $(CLASSIFIER)
 EXAMPLE_jobs/generate.toml := $(TOY_GPT)
+EXAMPLE_jobs/perplexity.toml := $(TOY_GPT)
 EXAMPLE_jobs/classify_by_decoder.toml := $(TOY_GPT)
 EXAMPLE_jobs/embed_images.toml := $(TINY_CLIP)
 score: $(RUNTIME) $(DATA) $(EXAMPLE_$(patsubst ./%,%,$(JOB)))

@@ -154,7 +154,7 @@ def score(
         data: texts (a list of strings, a pandas or polars Series, a 1-D numpy array, or one
             string), as sentence-transformers' ``encode`` takes them; or a pyarrow Table, a
             polars DataFrame or a pandas DataFrame.
-        task: embed, classify, generate, summarize or tensor.
+        task: embed, classify, generate, summarize, tensor, loglik or reward.
         model: a built-in model's name or a local model's path; the built-in default if None.
         text: the column a text task reads in a frame (default "text").
         **options: any job key a frame can use, by its name (``precision="int8"``,

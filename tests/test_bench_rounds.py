@@ -42,6 +42,7 @@ SCRIPTS = [
     ("scripts/generate_bench.py", "--repeat", 2),  # the older name, kept
     ("scripts/bench_increments.py", "--rounds", 2),
     ("scripts/bench_peers.py", "--repeats", 2),
+    ("scripts/bench_loglik.py", "--rounds", 2),
     ("docs/studies/runtime_study.py", "--rounds", 3),  # its first round is reported apart
 ]
 

@@ -255,8 +255,9 @@ def task_problems(
             f"Face id in [model].name); the built-in {DEFAULT_MODEL} is an encoder"
         )
     if inp.text_pair is not None and not section.reads_pairs:
-        pairs = " and ".join(t for t, s in TASK_SECTIONS.items() if s.reads_pairs)
-        problems.append(f"[input].text_pair: task {model.task} reads one text; {pairs} reads pairs")
+        pairs = ", ".join(t for t, s in TASK_SECTIONS.items() if s.reads_pairs)
+        problems.append(f"[input].text_pair: task {model.task} reads one text; {pairs} read pairs")
+    problems += conversation_problems(inp, model.task)
     if inp.image is not None and model.task != "embed":
         problems.append(
             f"[input].image: task embed reads images (with a CLIP or SigLIP model); task "
@@ -299,6 +300,27 @@ def task_problems(
         if options.factory and options.format in ("torchscript", "export"):
             problems.append(f"{where}.factory: a {options.format} file holds its own model")
     return problems
+
+
+def conversation_problems(inp: InputConfig, task: str) -> list[str]:
+    """A reward model reads one conversation per row: a `messages` column, or a prompt and a
+    response (`text` and `text_pair`); no other task reads a `messages` column."""
+    if inp.messages is not None and task != "reward":
+        return [f"[input].messages: task reward reads conversations; task {task} reads text"]
+    if task != "reward":
+        return []
+    if inp.messages is not None and inp.text_pair is not None:
+        return [
+            "[input].messages: a row's conversation is its messages, or its text and "
+            "text_pair (a prompt and a response), not both; remove one"
+        ]
+    if inp.messages is None and inp.text_pair is None:
+        return [
+            "[input].messages: task reward scores a conversation: set [input].messages to a "
+            "column of {role, content} lists, or [input].text_pair to the response column "
+            "(read after [input].text, the prompt)"
+        ]
+    return []
 
 
 def check_model(model: ModelConfig, base: Path, source: Path, problems: list[str]) -> ModelConfig:

@@ -44,3 +44,23 @@ def unusable(ranges: Ranges) -> str | None:
     if low > high:
         return f"{where}: its minimum {low!r} is above its maximum {high!r}"
     return f"{where}: {low!r} to {high!r} is too narrow to cut into 255 float32 steps"
+
+
+def ranges_problems(quantize: str | None, ranges: Ranges | None) -> list[str]:
+    """What is wrong with `[embed].ranges` beside `quantize` (each message starts with its
+    key): ranges calibrate int8 and uint8 codes alone, as two lists of one number per
+    dimension, each dimension cut into 255 steps (`unusable`)."""
+    if ranges is None:
+        return []
+    if quantize not in ("int8", "uint8"):
+        return ['ranges: they calibrate quantize = "int8" or "uint8" only']
+    if len(ranges) != 2 or len(ranges[0]) != len(ranges[1]) or not ranges[0]:
+        return ["ranges: expected two lists of one number per dimension"]
+    if any(low > high for low, high in zip(*ranges, strict=True)):
+        return ["ranges: the first list holds the minimums, the second the maximums"]
+    if flat := unusable(ranges):
+        return [
+            f"ranges: {flat}: every value there would be written as one step; give each "
+            "dimension a minimum below its maximum"
+        ]
+    return []

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from batchscore.job.decoding import decoding_problems
-from batchscore.job.ranges import Ranges, unusable
+from batchscore.job.lm_sections import LoglikConfig, RewardConfig
+from batchscore.job.ranges import Ranges, ranges_problems
 from batchscore.job.structured import STRUCTURE_KEYS
 from batchscore.job.where import RowFilter
 
-Task = Literal["embed", "classify", "generate", "summarize", "tensor"]
+Task = Literal["embed", "classify", "generate", "summarize", "tensor", "loglik", "reward"]
 # What a task's model must be: "any" (the built-in encoder will do), "own" (a model of the
 # task's kind, named by the job) or "file" (a local model file)
 ModelNeeded = Literal["any", "own", "file"]
@@ -64,6 +65,8 @@ class InputConfig:
     keep: tuple[str, ...] = ()
     where: str | None = None  # a SQL predicate over input columns; rows it rejects are skipped
     text_pair: str | None = None  # classify: a second text column, read with `text` as a pair
+    # reward: a column of conversations, each a list of {role, content} (or its JSON text)
+    messages: str | None = None
     # embed with a CLIP or SigLIP model: a column of images (encoded bytes, or paths / URIs
     # relative to the shard's folder) embedded by the image tower instead of `text`
     image: str | None = None
@@ -218,22 +221,7 @@ class EmbedConfig:
     def problems(self) -> list[str]:
         """What is wrong with these keys together (each message starts with its key); what
         depends on the model (its dimensions, dense or sparse) is checked against it."""
-        found = []
-        ranges = self.ranges
-        if ranges is None:
-            return found
-        if self.quantize not in ("int8", "uint8"):
-            found.append('ranges: they calibrate quantize = "int8" or "uint8" only')
-        elif len(ranges) != 2 or len(ranges[0]) != len(ranges[1]) or not ranges[0]:
-            found.append("ranges: expected two lists of one number per dimension")
-        elif any(low > high for low, high in zip(*ranges, strict=True)):
-            found.append("ranges: the first list holds the minimums, the second the maximums")
-        elif flat := unusable(ranges):
-            found.append(
-                f"ranges: {flat}: every value there would be written as one step; give each "
-                "dimension a minimum below its maximum"
-            )
-        return found
+        return ranges_problems(self.quantize, self.ranges)
 
 
 @dataclass(frozen=True)
@@ -369,6 +357,8 @@ TASK_SECTIONS: dict[str, type] = {
     "generate": GenerateConfig,
     "summarize": SummarizeConfig,
     "tensor": TensorConfig,
+    "loglik": LoglikConfig,
+    "reward": RewardConfig,
 }
 SECTIONS: dict[str, type] = {
     "input": InputConfig,
@@ -381,7 +371,15 @@ SECTIONS: dict[str, type] = {
 }
 Engine = Literal["local", "ray"]
 # The section of the job's own task, one of TASK_SECTIONS' classes
-TaskOptions = EmbedConfig | ClassifyConfig | GenerateConfig | SummarizeConfig | TensorConfig
+TaskOptions = (
+    EmbedConfig
+    | ClassifyConfig
+    | GenerateConfig
+    | SummarizeConfig
+    | TensorConfig
+    | LoglikConfig
+    | RewardConfig
+)
 
 
 @dataclass(frozen=True)

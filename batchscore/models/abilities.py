@@ -17,6 +17,7 @@ from pathlib import Path
 from batchscore.errors import JobError, ModelError
 from batchscore.job.sections import TASK_SECTIONS, ModelConfig
 from batchscore.models.generation.architecture import generative_kind, read_config
+from batchscore.models.generation.chat import has_chat_template
 from batchscore.models.numeric.formats import detect
 from batchscore.models.stack.crossencoder import read_cross_encoder
 from batchscore.models.stack.stack import read_stack
@@ -87,12 +88,14 @@ def folder_kind(path: Path) -> tuple[str, tuple[str, ...]]:
     generative = generative_kind(config)
     if generative is not None:
         words = {"decoder": "decoder-only", "seq2seq": "sequence-to-sequence"}[generative]
-        return f"{words} language model", ("generate", "summarize")
+        scores = ("loglik",) if generative == "decoder" else ()  # a causal LM's own tokens
+        return f"{words} language model", ("generate", "summarize", *scores)
     architectures = list(getattr(config, "architectures", None) or [])
     if any(name.endswith("ForSequenceClassification") for name in architectures):
         labels = getattr(config, "num_labels", 2)
         scored = "one score: a reranker" if labels == 1 else f"{labels} labels"
-        return f"sequence classifier ({scored})", ("classify",)
+        rewards = ("reward",) if has_chat_template(path) else ()  # it reads conversations
+        return f"sequence classifier ({scored})", ("classify", *rewards)
     if not architectures or any(name.endswith("Model") for name in architectures):
         return "encoder", ("embed", "summarize")
     return f"{', '.join(architectures)}: no task of batchscore runs it", ()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from batchscore.job.sections import QualityConfig
 
@@ -134,4 +135,59 @@ def values(reference: Columns, candidate: Columns, column: str, gate: QualityCon
     a, b = numbers(reference[column]), numbers(candidate[column])
     error = float((np.abs(a - b) / np.maximum(np.abs(a), 1e-6)).max())
     result.check("max_relative_error", error, gate.max_relative_error, at_least=False)
+    return result
+
+
+def logprobs(reference: Columns, candidate: Columns, gate: QualityConfig) -> Agreement:
+    """Log-likelihoods (loglik's) by the largest relative change of a row's perplexity, its
+    per-token log-probability moved: exp(|candidate - fp32| / tokens) - 1 against
+    `max_relative_error` (0.01: no row's perplexity, nor its continuation's, moves by more
+    than 1 %); with `is_greedy`, the share of rows where it agrees against `min_agreement`.
+    The share of neighbouring rows (by fp32's log-probability per token) kept in order is
+    recorded, as for scores: what a filter by perplexity keeps depends on it.
+
+    Per token, because a sum over a long text grows with its length where one over a short
+    continuation stays near zero: a relative error of the sum would fail a continuation
+    whose log-probability is near zero for a change nobody could see, and an absolute one
+    would pass or fail a text by its length.
+    """
+    result = Agreement()
+    a, b = numbers(reference["logprob"]), numbers(candidate["logprob"])
+    tokens = np.maximum(numbers(reference["tokens"]), 1)
+    scored = ~(np.isnan(a) & np.isnan(b))  # a row neither scored (a row error) is not compared
+    a, b, tokens = a[scored], b[scored], tokens[scored]
+    if not len(a):
+        return result
+    moved = np.abs(a - b) / tokens
+    error = float("inf") if np.isnan(moved).any() else float(np.expm1(moved.max()))
+    result.check("max_perplexity_error", error, gate.max_relative_error, at_least=False)
+    if "is_greedy" in reference and "is_greedy" in candidate:
+        result.check(
+            "greedy_agreement",
+            share_equal(reference["is_greedy"], candidate["is_greedy"]),
+            gate.min_agreement,
+        )
+    if len(a) > 1:
+        order = np.argsort(a / tokens, kind="stable")
+        steps, shifted = np.diff((a / tokens)[order]), np.diff((b / tokens)[order])
+        kept = (steps == 0) | (np.sign(steps) == np.sign(shifted))
+        result.metrics["order_kept"] = float(kept.mean())
+    return result
+
+
+def named_scores(
+    reference: Columns, candidate: Columns, column: str, gate: QualityConfig
+) -> Agreement:
+    """A struct of scores (a reward model's named logits) as `scores` judges each of its
+    fields, each metric named after its field; one field off fails the whole."""
+    result = Agreement()
+    for name in reference[column].type.names:
+        one = scores(
+            {name: pc.struct_field(reference[column], name)},
+            {name: pc.struct_field(candidate[column], name)},
+            name,
+            gate,
+        )
+        result.metrics |= {f"{name}: {k}": v for k, v in one.metrics.items()}
+        result.failures += [f"{name}: {failure}" for failure in one.failures]
     return result

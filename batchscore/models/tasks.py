@@ -24,6 +24,8 @@ from batchscore.models.embed import EmbedTask
 from batchscore.models.generate import AbstractiveSummarizeTask, GenerateTask
 from batchscore.models.generation.architecture import is_generative
 from batchscore.models.images import TowersTask
+from batchscore.models.loglik import LoglikTask
+from batchscore.models.reward import RewardTask
 from batchscore.models.summarize import SummarizeTask
 from batchscore.models.tensor import TensorTask
 from batchscore.models.vision.family import find_towers
@@ -36,6 +38,8 @@ TASKS: dict[str, type[Adapter]] = {
     "generate": GenerateTask,
     "summarize": SummarizeTask,
     "tensor": TensorTask,
+    "loglik": LoglikTask,
+    "reward": RewardTask,
 }
 
 

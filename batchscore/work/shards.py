@@ -244,8 +244,22 @@ def is_image(kind: pa.DataType) -> bool:
     return binary or is_text_or_nulls(kind)
 
 
+def is_messages(kind: pa.DataType) -> bool:
+    """Conversations: a list of {role, content} structs (as Hugging Face datasets hold chat
+    messages), or their JSON text; nulls only are each a row error."""
+    types = pa.types
+    if types.is_list(kind) or types.is_large_list(kind) or types.is_list_view(kind):
+        item = kind.value_type
+        names = (
+            {item.field(i).name for i in range(item.num_fields)} if types.is_struct(item) else ()
+        )
+        return {"role", "content"} <= set(names)
+    return is_text_or_nulls(kind)
+
+
 KINDS = {
     "text": (is_text_or_nulls, "a string column"),
+    "messages": (is_messages, "a list of {role, content} messages, or their JSON text"),
     "image": (is_image, "encoded image bytes, or image paths or URIs as strings"),
     "numeric": (is_numeric, "numbers or a list of numbers"),
 }

@@ -39,6 +39,8 @@ def raw_job(task: str, *, id: str | None, keep: list[str], on_error: str = "fail
     inp: dict = {"path": "in", "keep": keep} | ({"id": id} if id is not None else {})
     if task == "tensor":
         inp["features"] = ["x0"]
+    if task == "reward":  # a prompt and a response
+        inp["text_pair"] = "response"
     model = {"task": task} | ({} if task == "embed" else {"path": "m"})
     raw = {"input": inp, "model": model, "output": {"path": "out", "on_error": on_error}}
     if task == "tensor":

@@ -168,7 +168,7 @@ def test_one_message_per_mistake_with_a_did_you_mean_for_values(tmp_path: Path):
         '(did you mean "fp16"?)',
         f'{path}: [model].runtime: expected one of auto, torch, openvino, got "ov"',
         f"{path}: [model].task: expected one of embed, classify, generate, summarize, tensor, "
-        'got "embedding" (did you mean "embed"?)',
+        'loglik, reward, got "embedding" (did you mean "embed"?)',
     ]
     path = minimal(tmp_path, output={"on_error": "skipp"}, batching={"max_tokens": "autoo"})
     assert sorted(problems(path)) == [

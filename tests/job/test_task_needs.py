@@ -19,6 +19,8 @@ def problems(tmp_path: Path, task: str, **sections) -> str:
     model = {"task": task, **sections.pop("model", {})}
     # tensor reads features, the other tasks a text
     inp = {"path": "in", **({"features": ["a", "b"]} if task == "tensor" else {"text": "text"})}
+    if task == "reward":  # a prompt and a response (or a messages column)
+        inp["text_pair"] = "response"
     inp.update(sections.pop("input", {}))
     extra = {"tensor": {"output": "class"}} if task == "tensor" else {}
     job = write_job(tmp_path / "job.toml", input=inp, model=model, output={"path": "out"}, **extra)
@@ -44,7 +46,8 @@ def test_each_task_says_what_model_it_needs(tmp_path: Path, task: str):
 @pytest.mark.parametrize("task", sorted(TASK_SECTIONS))
 def test_text_pairs_only_where_the_task_reads_them(tmp_path: Path, task: str):
     said = problems(tmp_path, task, model={"path": "m"}, input={"text_pair": "other"})
-    refused = f"[input].text_pair: task {task} reads one text; classify reads pairs" in said
+    readers = ", ".join(t for t, section in TASK_SECTIONS.items() if section.reads_pairs)
+    refused = f"[input].text_pair: task {task} reads one text; {readers} read pairs" in said
     assert refused == (not TASK_SECTIONS[task].reads_pairs), said
 
 

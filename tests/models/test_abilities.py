@@ -50,7 +50,7 @@ def made(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path, small_corp
         ("classifier", ("classify",), "sequence classifier (2 labels)"),
         ("reranker", ("classify",), "one score: a reranker"),
         ("cross-encoder", ("classify",), "CrossEncoder"),
-        ("decoder", ("generate", "summarize"), "decoder-only language model"),
+        ("decoder", ("generate", "summarize", "loglik"), "decoder-only language model"),
         ("seq2seq", ("generate", "summarize"), "sequence-to-sequence language model"),
         ("clip", ("embed",), "two towers (clip): images and texts"),
         ("tensor-torchscript", ("tensor",), "TorchScript"),

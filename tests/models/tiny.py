@@ -110,6 +110,37 @@ def llama_chat(folder: Path, texts: list[str]) -> Path:
     return finish(LlamaForCausalLM(config), folder, eos=eos, eos_scale=LLAMA_EOS_SCALE)
 
 
+def llama_reward(folder: Path, texts: list[str], labels: list[str], *, pad: bool = True) -> Path:
+    """A Llama-style reward model: a sequence-classification head of ``labels`` over 2 layers,
+    its tokenizer adding BOS, a ChatML template; the pad token set in its config (so
+    transformers batches it), or none (``pad`` False: it scores one row at a time)."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    specials = ["<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>"]
+    tok = bpe(texts, specials, "<s> $A")
+    named = {"pad_token": "<pad>"} if pad else {}
+    save_tokenizer(tok, folder, bos_token="<s>", eos_token="<|im_end|>", unk_token="</s>", **named)
+    set_chat_template(folder, CHATML)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        pad_token_id=tok.token_to_id("<pad>") if pad else None,
+        initializer_range=0.3,
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
+    model = LlamaForSequenceClassification(config)
+    model.save_pretrained(folder)
+    return folder
+
+
 def t5(folder: Path, texts: list[str]) -> Path:
     """A T5 encoder-decoder: relative positions, pad 0, EOS 1 appended to every input."""
     from transformers import T5Config, T5ForConditionalGeneration

@@ -56,7 +56,7 @@ def test_every_model_here_is_listed_with_its_tasks_size_and_keys(machine: Path, 
     }
     tasks = {key: tuple(m["tasks"]) for key, m in listed.items()}
     assert tasks[("built-in", "all-MiniLM-L6-v2", None)] == ("embed", "summarize")
-    assert tasks[("local", "models/writer", None)] == ("generate", "summarize")
+    assert tasks[("local", "models/writer", None)] == ("generate", "summarize", "loglik")
     assert tasks[("local", "models/net.bin", None)] == ("tensor",)
     assert tasks[("local", "models/old.pt", None)] == ()
     assert tasks[("local", str(machine / "kinds"), None)] == ("classify",)

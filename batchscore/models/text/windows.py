@@ -72,3 +72,26 @@ def reduce_by_owner(
     out = np.zeros((count, *values.shape[1:]), dtype=values.dtype)
     ufunc.at(out, owners, values)
     return out
+
+
+def strided(ids: np.ndarray, *, window: int, stride: int) -> list[tuple[np.ndarray, int]]:
+    """A text's token ids (its BOS first) as the windows of strided perplexity, each with how
+    many of its last tokens it scores: transformers' "perplexity of fixed-length models" loop.
+
+    Window k holds ``ids[b:e]``, b = k x ``stride``, e = min(b + ``window``, len(ids)), and
+    scores its tokens after the last one the window before scored (all but the BOS in the
+    first window), each predicted from the window's tokens before it: every token after the
+    BOS is scored once, with at least ``window - stride`` tokens of context once the text is
+    past its first window. ``stride`` must be below ``window``, so each window keeps one token
+    of context before the first it scores.
+    """
+    if not 0 < stride < window:
+        raise ValueError(f"a stride of {stride} tokens needs a window above it, not {window}")
+    out, scored = [], 1  # ids[:scored] are scored or the BOS
+    for start in range(0, len(ids), stride):
+        end = min(start + window, len(ids))
+        out.append((ids[start:end], end - scored))
+        scored = end
+        if end == len(ids):
+            break
+    return out
