@@ -41,6 +41,7 @@ from batchscore.models.tasks import check_outputs, footer_metadata, input_kinds
 from batchscore.observe.logs import run_context
 from batchscore.observe.progress import Progress, stage
 from batchscore.observe.run_stats import RunStats
+from batchscore.output.apply import apply, recover
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, check_claim
 from batchscore.output.committer import Committer
@@ -49,6 +50,7 @@ from batchscore.output.delta import delta_table
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending
 from batchscore.output.settled import Decision
+from batchscore.output.survey import Survey
 from batchscore.output.todo import to_do
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.precision.table import check_precision
@@ -170,26 +172,24 @@ def claim_output(job: Job, run: Run, *, restart: bool) -> tuple[Path, Identity]:
 
 
 def list_pending(job: Job, run: Run, *, fingerprint: str) -> Pending:
-    """Clean up after an interrupted run, then list the input (once: what else the run reads
-    of it comes from this listing) and find the chunks still to score.
+    """Recover from an interrupted run, list the input (once: what else the run reads of it
+    comes from this listing), plan the work, then carry the plan out (`output.apply`).
 
     Every step on the way that deletes or moves a file (the clean-up, a shard's retirement,
     un-committing a chunk) removes `_SUCCESS` before it starts (see `Checkpoint.remove`); a
     run with nothing to delete and nothing to score leaves it, and one with work removes it
     before it scores, as it adds rows to the data files."""
     ckpt = run.ckpt
-    ckpt.prepare()
-    for garbage in ckpt.sweep():
-        log.info("removed %s, left by an interrupted run", garbage)
-    todo = to_do(
-        job.input,
+    recovered = recover(ckpt)
+    survey = Survey(
+        inp=job.input,
         kinds=input_kinds(job.model.task, job.input, job.options),
         chunk_rows=job.output.chunk_rows,
-        shards=find_shards(job.input, run.retry),
-        ckpt=ckpt,
+        shards=tuple(find_shards(job.input, run.retry)),
         fingerprint=fingerprint,
         label=run.run_id,
     )
+    todo = apply(ckpt, to_do(ckpt, survey), recovered=recovered)
     run.failures = todo.failures
     stats = run.stats
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows
