@@ -4,10 +4,11 @@
     model thread:   batches -> model -> output rows in input order  (pipeline.scoring.Scorer)
     writer thread:  rows -> temp Parquet -> publish -> commit record  (output.committer, behind)
 
-A run, in order (`run_job`): claim the output folder and list what is pending; measure what the
-job leaves to measurement (`measure.decide`); load the model on the engine; score every pending
-chunk through it into the committer; finish with the verdict. Each step is a phase of the run's
-wall time (`observe.phases`).
+A run, in order (`run_job`): claim the output folder; recover from a killed run, plan what is
+pending and carry the plan out (`output.apply`); measure what the job leaves to measurement
+(`measure.decide`); load the model on the engine; score every pending chunk through it into
+the committer; finish with the verdict. Each step is a phase of the run's wall time
+(`observe.phases`).
 
 The middle stage is the engine's (`batchscore.engines`): this process, or model actors on a
 Ray cluster that score whole chunks; deciding the pending work and committing stay here.
