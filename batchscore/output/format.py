@@ -133,6 +133,11 @@ class OutputFormat(Protocol):
         """Make the format's log, naming no file, with these columns."""
         ...
 
+    def out_of_step(self, committed: set[str]) -> tuple[set[str], set[str]]:
+        """What `mend` would do for ``committed`` chunks: the chunk files the log names that
+        no record does (stray), and the committed ones batchscore never added (missing)."""
+        ...
+
     def mend(
         self, committed: dict[str, dict[str, Any]], *, stray: list[str], missing: set[str]
     ) -> None:
@@ -210,6 +215,9 @@ class ParquetFolder:
 
     def create(self, schema: pa.Schema) -> None:
         return None
+
+    def out_of_step(self, committed: set[str]) -> tuple[set[str], set[str]]:
+        return set(), set()
 
     def mend(
         self, committed: dict[str, dict[str, Any]], *, stray: list[str], missing: set[str]

@@ -338,6 +338,12 @@ class Table:
             info = self.info("rewrite", [new], {}) | {"batchscore.replaces": json.dumps([old])}
             self.commit(add=add, remove=remove, marks=marks, info=info)
 
+    def out_of_step(self, committed: set[str]) -> tuple[set[str], set[str]]:
+        """The chunk files the table holds that no ``committed`` chunk is (stray), and the
+        committed chunks it lacks that batchscore never added (missing: version even)."""
+        live = self.chunks()
+        return live - committed, {k for k in committed - live if self.version_of(k) % 2 == 0}
+
     def mend(
         self, committed: dict[str, dict[str, Any]], *, stray: list[str], missing: set[str]
     ) -> None:

@@ -1,26 +1,31 @@
 """Row increments (`[input].increments = "rows"`): the plan of work by row, and retiring rows.
 
-A run by rows, at its start (after the clean-up of a killed run's files):
+A run by rows, at its start, once a retirement or a rewrite a killed run left half done is
+finished (`batchscore.output.apply.recover`), plans (`plan_rows`, which only reads):
 
-1. finishes a retirement, or a rewrite, a killed run left half done, and un-commits chunks
-   whose data file is missing or changed (their rows are then simply not committed);
-2. diffs the input against the committed rows (`batchscore.output.diff`);
-3. cuts the rows to score into chunks of at most `[output].chunk_rows`, each named with the
-   run's label, so rows scored by a later increment land in files of their own (and makes
-   room for their files: a refusal comes before anything retires);
-4. retires the committed rows that no longer hold: a data file all of whose rows retire moves,
-   whole, to ``_batchscore/gone/<stamp>/`` (`batchscore.output.retire`'s plan and moves); a
-   file some of whose rows retire is rewritten without them (`batchscore.output.rewrite`: in
-   place, or under a new chunk key in a Delta table), those rows kept in the same folder. In
-   a Delta table, the rows of a chunk another writer took over leave the table by its keys,
-   wherever they lie (`batchscore.output.neighbours`).
+1. the chunks whose data file is missing or changed are to un-commit (their rows are then
+   simply not committed);
+2. the diff of the input against the committed rows (`batchscore.output.diff`);
+3. the rows to score cut into chunks of at most `[output].chunk_rows`, each named with the
+   run's label, so rows scored by a later increment land in files of their own, and what
+   stands at their files' names;
+
+then carries the plan out (`batchscore.output.apply`): un-commits those chunks, makes room
+for the new files (a refusal comes before anything retires), and retires the committed rows
+that no longer hold (`retire_rows`): a data file all of whose rows retire moves, whole, to
+``_batchscore/gone/<stamp>/`` (`batchscore.output.retire`'s plan and moves); a file some of
+whose rows retire is rewritten without them (`batchscore.output.rewrite`: in place, or under a
+new chunk key in a Delta table), those rows kept in the same folder. In a Delta table, the
+rows of a chunk another writer took over leave the table by its keys, wherever they lie
+(`batchscore.output.neighbours`).
 
 Every step is safe to cut off: what the diff finds is recomputed from the facts on disk at
 the next start, so a killed run leaves nothing that the next one trusts blindly; a rewrite is
 published after an intent, and the next start finishes or forgets it (see its module), so
-after it no row is in two committed files, nor lost. With a Delta table, the table's files
-are made the committed chunks' files before the diff, but for those another writer took over
-(`batchscore.output.neighbours.reconcile`), whose rows the diff reads from their keys.
+after it no row is in two committed files, nor lost. With a Delta table, the diff reads the
+committed chunks' files, but for those another writer took over, whose rows it reads from
+their keys; the run makes the table's files the committed chunks' files before anything
+retires (`batchscore.output.neighbours.reconcile`), which leaves those taken over as they are.
 
 `retire_rows` is the one place that takes committed rows out of the output.
 
@@ -34,27 +39,22 @@ import dataclasses
 import logging
 import os
 import time
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from batchscore.job.sections import InputConfig
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.diff import RowDiff, row_diff
 from batchscore.output.drift import folder_reference
 from batchscore.output.keys import publish_keys, read_keys
 from batchscore.output.manifest import problems
-from batchscore.output.neighbours import (
-    backfill,
-    check_carried,
-    check_keys,
-    reconcile,
-    taken_over,
-)
-from batchscore.output.pending import Pending, check_room, check_shard, read_footer
-from batchscore.output.retire import MOVING, carry_out, finish_retiring, summary
+from batchscore.output.neighbours import taken_over
+from batchscore.output.pending import Pending, check_shard, read_footer
+from batchscore.output.retire import MOVING, carry_out, summary
 from batchscore.output.rewrite import rewrite
+from batchscore.output.survey import Plan, Survey
 from batchscore.storage.layout import (
     kept_name,
     part_name,
@@ -68,53 +68,36 @@ from batchscore.work.units import Chunk, Shard, chunks_of
 log = logging.getLogger("batchscore")
 
 
-def pending_rows(
-    inp: InputConfig,
-    *,
-    kinds: dict[str, str],
-    chunk_rows: int,
-    shards: list[Shard],
-    ckpt: Checkpoint,
-    fingerprint: str,
-    forget: bool = True,
-    label: str = "",
-) -> Pending:
-    """The plan of a run by rows (see the module's note); ``forget=False`` (a dry run:
-    `plan`, `status`) changes nothing on disk. ``label``: the run's, in its chunks' names."""
-    plan = Pending(shards=shards)
-    plan.gone = finish_retiring(ckpt) if forget else []
+def plan_rows(ckpt: Checkpoint, survey: Survey) -> Plan:
+    """The plan of a run by rows (see the module's note, steps 2 and 3; of steps 1 and 4, what
+    a run will do). Reads only (`Plan`): a run carries it out (`batchscore.output.apply`)."""
+    inp = survey.inp
+    plan = Pending(shards=list(survey.shards))
     committed = ckpt.committed()
+    records = MappingProxyType(dict(committed))
     # every shard's columns first: a type the folder cannot hold refuses the run here, before
     # anything is un-committed or retired (`batchscore.output.drift`)
     readable, rows_of = [], {}
     reference = folder_reference(ckpt.store, committed, inp.copied)
-    for shard in shards:
+    for shard in survey.shards:
         footer = read_footer(shard)
-        fits, reference = check_shard(plan, shard, footer, reference, inp, kinds, inp.row_filter)
+        fits, reference = check_shard(
+            plan, shard, footer, reference, inp, survey.kinds, inp.row_filter
+        )
         if fits:
             readable.append(shard)
             rows_of[shard.index] = footer.rows
     plan.carried = reference.schema if reference else pa.schema([])
-    for where in ckpt.drop_damaged() if forget else []:
-        log.warning("%s was damaged and is removed; its rows are scored again", where)
-    taken = taken_over(ckpt, committed)  # a Delta table's, by another writer: not damaged
-    if forget:
-        backfill(ckpt, committed)
-        check_keys(ckpt.format, {k: committed[k] for k in taken}, "the diff of rows")
-    intact = {k: r for k, r in committed.items() if k not in taken}
+    taken = frozenset(taken_over(ckpt, committed))  # a Delta table's, by another writer
+    intact = {k: r for k, r in committed.items() if k not in taken}  # (not damaged)
     for key, why in sorted(problems(ckpt.store, intact).items()):
         record = committed.pop(key)
         said = f"{record['file']} is {why}"
         log.warning("%s: its %d rows are scored again", said, record["rows"])
         plan.redone.append({"chunk": key, "file": record["file"], "why": said})
-        if forget:
-            ckpt.forget(key, record)
-    if forget:  # the table's files: the committed chunks' files (but those taken over)
-        taken = reconcile(ckpt, committed)
-        check_carried(ckpt, plan.carried)  # before anything retires: the rows must fit it
     diff = row_diff(
         inp,
-        kinds=kinds,
+        kinds=survey.kinds,
         shards=readable,
         store=ckpt.store,
         committed=committed,
@@ -123,19 +106,23 @@ def pending_rows(
         taken=taken,
     )
     plan.failures += diff.failures
-    plan.chunks = cut(readable, diff, rows_of, chunk_rows=chunk_rows, label=label)
-    if forget:  # a refusal comes before anything retires: never a row retired, then refused
-        check_room(ckpt, plan.chunks, fingerprint)
-    if forget and diff.retire:
-        plan.retired = retire_rows(ckpt, diff, committed, taken=taken)
+    plan.chunks = cut(readable, diff, rows_of, chunk_rows=survey.chunk_rows, label=survey.label)
     plan.increments = diff.counts()
     plan.passing = diff.passing
     plan.done_rows = diff.unchanged
     plan.done_chunks = len(committed)
+    plan.bad_by_shard = bad_by_shard(committed)
+    retire = MappingProxyType(dict(diff.retire))
+    return plan.frozen(ckpt, survey, records=records, taken=taken, retire=retire, diff=diff)
+
+
+def bad_by_shard(committed: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """The committed rows written with an error, by shard path (the bad-row gate's)."""
+    found: dict[str, int] = {}
     for record in committed.values():
         path = record["shard"]["path"]
-        plan.bad_by_shard[path] = plan.bad_by_shard.get(path, 0) + record["bad_rows"]
-    return plan
+        found[path] = found.get(path, 0) + record["bad_rows"]
+    return found
 
 
 def cut(

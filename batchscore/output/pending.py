@@ -10,6 +10,9 @@ Shards are known by a key made from their path, so adding, removing or renaming 
 touches another's output; the output of a shard that left the input moves out of the data
 files (`status` lists it as gone).
 
+Planning only reads (`plan_shards` makes a `batchscore.output.survey.Plan`); a run carries
+the plan out (`batchscore.output.apply`).
+
 A shard whose footer, columns or column types are unusable fails alone, before any scoring;
 an `[input].where` that does not fit a shard's columns is the job's error, not the shard's. A
 carried column whose type the folder's committed files cannot hold exactly refuses the run
@@ -21,26 +24,24 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 import pyarrow as pa
 
-from batchscore.errors import InputDataError, JobError, OutputConflictError
+from batchscore.errors import InputDataError, JobError
 from batchscore.job.sections import InputConfig
 from batchscore.job.where import RowFilter
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.drift import Reference, check_drift, folder_reference
 from batchscore.output.manifest import problems, written_for
-from batchscore.output.neighbours import (
-    backfill,
-    check_carried,
-    check_keys,
-    reconcile,
-    taken_over,
-)
+from batchscore.output.neighbours import taken_over
 from batchscore.output.pieces import gaps, pieces_by_chunk, whole_chunks
-from batchscore.output.retire import finish_retiring, retire, summary
+from batchscore.output.retire import summary
+from batchscore.output.survey import Plan, Room, Survey
 from batchscore.storage.fs import is_url
 from batchscore.storage.layout import part_name, shard_of
+from batchscore.storage.store import Store
 from batchscore.work.shards import check_columns, open_shard
 from batchscore.work.units import Chunk, Shard, chunks_of
 
@@ -50,7 +51,9 @@ FOOTER_READS = 8  # object-store shard footers read at once while the plan is ma
 
 @dataclass
 class Pending:
-    """The chunks to score, and what was learned on the way."""
+    """The chunks a run scores, and what was learned on the way: while a plan is made, its
+    counts as they are gathered; in a run, its own copy of the plan as carried out
+    (`batchscore.output.apply`), which the committer counts into."""
 
     chunks: list[Chunk] = field(default_factory=list)
     # the input as listed for this plan: what else the run reads of it (the sample measured
@@ -69,33 +72,45 @@ class Pending:
     passing: dict[int, int] = field(default_factory=dict)
     retired: list[dict] = field(default_factory=list)  # by rows: the retirements made
 
+    def frozen(self, ckpt: Checkpoint, survey: Survey, **actions: Any) -> Plan:
+        """These counts as a `Plan`, with the ``actions`` a run must take (`Plan`'s fields;
+        the room to make and the table's reconciliation are `batchscore.output.todo`'s)."""
+        return Plan(
+            survey,
+            self.chunks,
+            self.carried,
+            self.failures,
+            self.redone,
+            self.gone,
+            self.done_chunks,
+            self.done_rows,
+            self.total_rows,
+            self.bad_by_shard,
+            self.increments,
+            self.passing,
+            damaged=MappingProxyType(dict(ckpt.damaged)),
+            uncommit=tuple(r["chunk"] for r in self.redone),
+            **actions,
+        )
 
-def pending_work(
-    inp: InputConfig,
-    *,
-    kinds: dict[str, str],
-    chunk_rows: int,
-    shards: list[Shard],
-    ckpt: Checkpoint,
-    fingerprint: str,
-    forget: bool = True,
-) -> Pending:
-    """Un-commit what no longer holds, check every shard still to score, list its chunks.
 
-    ``forget=False`` (a dry run) changes nothing on disk: what no longer holds counts pending.
-    """
+def plan_shards(ckpt: Checkpoint, survey: Survey) -> Plan:
+    """The plan of a run by shards: what no longer holds is to un-commit (or, of a shard that
+    left the input, to retire), every shard still to score is checked and cut into chunks.
+    Reads only (`Plan`)."""
+    inp, shards = survey.inp, list(survey.shards)
+    kinds, chunk_rows = survey.kinds, survey.chunk_rows
     plan = Pending(shards=shards)
     rows_filter = inp.row_filter
-    plan.gone = finish_retiring(ckpt) if forget else []
     committed = ckpt.committed()
+    as_read = MappingProxyType(dict(committed))
     reference = folder_reference(ckpt.store, committed, inp.copied)
     records = by_shard_key(committed)
     footers = read_footers([s for s in shards if not settled(s, records.get(s.key, []))])
-    if reference is not None:  # a drift refuses the run before anything below changes
+    if reference is not None:  # a drift refuses the run before anything changes
         check_folder(shards, footers, reference, inp.copied)
-    if forget and shards and ckpt.format.holds_files():  # before anything retires
-        check_carried(ckpt, carried_by(shards[0], inp))
-    committed = stale(ckpt, shards, plan, committed, fingerprint=fingerprint, forget=forget)
+    taken = frozenset(taken_over(ckpt, committed))
+    committed = stale(shards, plan, committed, store=ckpt.store, taken=taken)
     by_shard = by_shard_key(committed)
     whole = {s.key for s in shards if whole_shard(by_shard.get(s.key, []))}
     for shard in shards:
@@ -111,9 +126,15 @@ def pending_work(
             plan, shard, footer, reference, inp, kinds, rows_filter, chunk_rows, records
         )
     plan.carried = reference.schema if reference else pa.schema([])
-    if forget:  # a dry run leaves the folder as it is
-        check_room(ckpt, plan.chunks, fingerprint)
-    return plan
+    live = {s.key for s in shards}
+    return plan.frozen(
+        ckpt,
+        survey,
+        records=as_read,
+        leaving=frozenset(k for k in as_read if shard_of(k) not in live),
+        taken=taken,
+        take_out=frozenset(r["chunk"] for r in plan.redone) & taken,
+    )
 
 
 def by_shard_key(committed: dict[str, dict]) -> dict[str, list[dict]]:
@@ -257,38 +278,24 @@ def check_shard(
 
 
 def stale(
-    ckpt: Checkpoint,
     shards: list[Shard],
     plan: Pending,
     committed: dict[str, dict],
     *,
-    fingerprint: str,
-    forget: bool = True,
+    store: Store,
+    taken: frozenset[str],
 ) -> dict[str, dict]:
-    """The ``committed`` records that still hold; un-commit the others (unless ``forget`` is
-    off, for a dry run) and say why in ``plan``.
+    """The ``committed`` records that still hold; of the others, say in ``plan`` why their
+    chunks are scored again (a run un-commits them: `batchscore.output.apply`).
 
-    The output of a shard that left the input moves out of the data files first, kept under
-    ``_batchscore/gone/`` (see `batchscore.output.retire`); a dry run only lists it. In a
-    Delta table, a chunk another writer took over is committed whatever became of its file
-    (`batchscore.output.neighbours`); one that must leave must have keys to find its rows by,
-    which is checked before anything changes.
+    The output of a shard that left the input is listed in ``plan.gone`` as it stands (a run
+    moves it out of the data files first, kept under ``_batchscore/gone/``: see
+    `batchscore.output.retire`). In a Delta table, a chunk another writer took over
+    (``taken``) is committed whatever became of its file (`batchscore.output.neighbours`).
     """
     live = {s.key: s for s in shards}
-    taken = taken_over(ckpt, committed)
-    if forget:
-        backfill(ckpt, committed)
-        leaving = {
-            key: record
-            for key, record in committed.items()
-            if shard_of(key) not in live or record["shard"] != live[shard_of(key)].identity
-        }
-        check_keys(ckpt.format, leaving, "the shards that changed or left the input")
-        plan.gone += retire(ckpt, committed, set(live), fingerprint=fingerprint)
-    for where in ckpt.drop_damaged() if forget else []:
-        log.warning("%s was damaged and is removed; its chunk is scored again", where)
-    damaged = problems(ckpt.store, {k: r for k, r in committed.items() if k not in taken})
-    redo: list[str] = []
+    committed = dict(committed)
+    damaged = problems(store, {k: r for k, r in committed.items() if k not in taken})
     for key, record in sorted(committed.items()):
         shard = live.get(shard_of(key))
         rows = f"rows {record['start']}-{record['stop']} of {record['shard']['path']}"
@@ -305,45 +312,37 @@ def stale(
         if shard is not None:
             log.warning("%s: %s are scored again", why, rows)
             plan.redone.append({"chunk": key, "file": record["file"], "why": why})
-        redo.append(key)
-    if forget:  # the rows of those taken over leave a table in one merge
-        ckpt.format.retire(key for key in redo if key in taken)
-    for key in redo:
-        if forget:
-            ckpt.forget(key, committed[key])
         del committed[key]
     plan.gone += summary({k: r for k, r in committed.items() if shard_of(k) not in live})
-    if forget:  # the table's files: the committed chunks' files (but those taken over)
-        reconcile(ckpt, committed)
     return committed
 
 
-def check_room(ckpt: Checkpoint, chunks: list[Chunk], fingerprint: str) -> None:
-    """Make room for the pending chunks' files (a chunk's own, or its first piece's),
-    touching only batchscore's own.
+def plan_room(
+    store: Store, chunks: list[Chunk], fingerprint: str, *, removed: set[str]
+) -> tuple[Room, ...]:
+    """The files at the pending chunks' names (a chunk's own, or its first piece's), but
+    those the run ``removed`` before it makes room, in the order a run meets them (none
+    without a ``fingerprint``: a look that makes no room).
 
-    A file at a pending chunk's name whose footer says this job wrote it for that chunk (its
-    commit record was lost) is a crashed attempt's, and is removed: it is replaced, never
-    appended to. Any other file there was not written by batchscore: the run refuses, before
-    scoring, and leaves it as it is.
+    A file whose footer says this job wrote it for that chunk (its commit record was lost) is
+    a crashed attempt's: the run removes it, as it is replaced, never appended to. Any other
+    was not written by batchscore: the run refuses, before scoring, and leaves it as it is
+    (`batchscore.output.apply.make_room`).
     """
-    names = set(ckpt.store.names(""))
+    if not fingerprint:
+        return ()
+    names = set(store.names("")) - removed
+    found = []
     for key in (key for chunk in chunks for key in chunk.names):
         name = part_name(key)
         if name not in names:
             continue
-        footer = written_for(ckpt.store, name)
-        if footer.get("batchscore.chunk") == key and (
+        footer = written_for(store, name)
+        ours = footer.get("batchscore.chunk") == key and (
             footer.get("batchscore.fingerprint") == fingerprint
-        ):
-            log.info("removed %s: an unrecorded attempt of this job", ckpt.store.where(name))
-            ckpt.remove(name)  # `_SUCCESS` first: see `Checkpoint.remove`
-        else:
-            raise OutputConflictError(
-                f"{ckpt.store.where(name)}: a file batchscore did not write is "
-                "where this job's output goes; it is left as it is: move it away, or point "
-                "[output].path at another folder"
-            )
+        )
+        found.append(Room(name, ours))
+    return tuple(found)
 
 
 def check_where(rows_filter: RowFilter | None, shard: Shard, schema: pa.Schema) -> None:

@@ -35,6 +35,7 @@ from batchscore.output.checkpoint import Checkpoint, Damaged
 from batchscore.output.claim import Identity, refusal_error
 from batchscore.output.diff import rows_line
 from batchscore.output.format_table import open_format
+from batchscore.output.survey import Survey
 from batchscore.output.todo import to_do
 from batchscore.output.verdict import bad_share_error
 from batchscore.pipeline.batching import Batching
@@ -95,13 +96,14 @@ def plan_counts(
     who = identity(claimed or job, model_path)
     conflict = judge(ckpt, who)  # before the diff: another job's files are not this job's
     todo = to_do(
-        job.input,
-        kinds=kinds,
-        chunk_rows=job.output.chunk_rows,
-        shards=shards,
-        ckpt=ckpt,
-        fingerprint=who.fingerprint,
-        forget=False,
+        ckpt,
+        Survey(
+            inp=job.input,
+            kinds=kinds,
+            chunk_rows=job.output.chunk_rows,
+            shards=tuple(shards),
+            fingerprint=who.fingerprint,
+        ),
     )
     over = bad_share_error(
         todo.bad_by_shard, total=todo.total_rows, limit=job.output.max_bad_share, ckpt=ckpt

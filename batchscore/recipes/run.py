@@ -4,10 +4,11 @@
     model thread:   batches -> model -> output rows in input order  (pipeline.scoring.Scorer)
     writer thread:  rows -> temp Parquet -> publish -> commit record  (output.committer, behind)
 
-A run, in order (`run_job`): claim the output folder and list what is pending; measure what the
-job leaves to measurement (`measure.decide`); load the model on the engine; score every pending
-chunk through it into the committer; finish with the verdict. Each step is a phase of the run's
-wall time (`observe.phases`).
+A run, in order (`run_job`): claim the output folder; recover from a killed run, plan what is
+pending and carry the plan out (`output.apply`); measure what the job leaves to measurement
+(`measure.decide`); load the model on the engine; score every pending chunk through it into
+the committer; finish with the verdict. Each step is a phase of the run's wall time
+(`observe.phases`).
 
 The middle stage is the engine's (`batchscore.engines`): this process, or model actors on a
 Ray cluster that score whole chunks; deciding the pending work and committing stay here.
@@ -41,6 +42,7 @@ from batchscore.models.tasks import check_outputs, footer_metadata, input_kinds
 from batchscore.observe.logs import run_context
 from batchscore.observe.progress import Progress, stage
 from batchscore.observe.run_stats import RunStats
+from batchscore.output.apply import apply, recover
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, check_claim
 from batchscore.output.committer import Committer
@@ -49,6 +51,7 @@ from batchscore.output.format_table import open_format
 from batchscore.output.lock import hold_lock
 from batchscore.output.pending import Pending
 from batchscore.output.settled import Decision
+from batchscore.output.survey import Survey
 from batchscore.output.todo import to_do
 from batchscore.output.verdict import bad_share_error, mark_complete
 from batchscore.precision.table import check_precision
@@ -170,26 +173,24 @@ def claim_output(job: Job, run: Run, *, restart: bool) -> tuple[Path, Identity]:
 
 
 def list_pending(job: Job, run: Run, *, fingerprint: str) -> Pending:
-    """Clean up after an interrupted run, then list the input (once: what else the run reads
-    of it comes from this listing) and find the chunks still to score.
+    """Recover from an interrupted run, list the input (once: what else the run reads of it
+    comes from this listing), plan the work, then carry the plan out (`output.apply`).
 
     Every step on the way that deletes or moves a file (the clean-up, a shard's retirement,
     un-committing a chunk) removes `_SUCCESS` before it starts (see `Checkpoint.remove`); a
     run with nothing to delete and nothing to score leaves it, and one with work removes it
     before it scores, as it adds rows to the data files."""
     ckpt = run.ckpt
-    ckpt.prepare()
-    for garbage in ckpt.sweep():
-        log.info("removed %s, left by an interrupted run", garbage)
-    todo = to_do(
-        job.input,
+    recovered = recover(ckpt)
+    survey = Survey(
+        inp=job.input,
         kinds=input_kinds(job.model.task, job.input, job.options),
         chunk_rows=job.output.chunk_rows,
-        shards=find_shards(job.input, run.retry),
-        ckpt=ckpt,
+        shards=tuple(find_shards(job.input, run.retry)),
         fingerprint=fingerprint,
         label=run.run_id,
     )
+    todo = apply(ckpt, to_do(ckpt, survey), recovered=recovered)
     run.failures = todo.failures
     stats = run.stats
     stats.chunks_already_done, stats.rows_already_done = todo.done_chunks, todo.done_rows

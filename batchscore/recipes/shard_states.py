@@ -10,8 +10,8 @@ from batchscore.errors import BatchscoreError
 from batchscore.job.sections import Job
 from batchscore.models.tasks import input_kinds
 from batchscore.output.checkpoint import Checkpoint
-from batchscore.output.pending import Pending
 from batchscore.output.pieces import whole_chunks
+from batchscore.output.survey import Plan, Survey
 from batchscore.output.todo import to_do
 from batchscore.work.shards import find_shards, open_shard
 
@@ -69,7 +69,7 @@ def rows_by_shard(
     damaged: dict[str, str],
     *,
     failed: set[str],
-) -> tuple[list[ShardStatus], Pending]:
+) -> tuple[list[ShardStatus], Plan]:
     """By rows: each shard's rows committed and still to score, from the diff a run would make
     (read only), and that dry run's plan (its counts, `batchscore.output.diff.RowDiff.counts`,
     and the bad-row gate's numbers). A shard's
@@ -80,13 +80,13 @@ def rows_by_shard(
     still to score, as by shard."""
     kinds = input_kinds(job.model.task, job.input, job.options)
     todo = to_do(
-        job.input,
-        kinds=kinds,
-        chunk_rows=job.output.chunk_rows,
-        shards=find_shards(job.input),
-        ckpt=ckpt,
-        fingerprint="",  # a dry run checks no room for new files
-        forget=False,
+        ckpt,
+        Survey(
+            inp=job.input,
+            kinds=kinds,
+            chunk_rows=job.output.chunk_rows,
+            shards=tuple(find_shards(job.input)),
+        ),
     )
     failing = {f["shard"]: f["error"] for f in todo.failures}
     records: dict[str, list[dict[str, Any]]] = {}

@@ -29,6 +29,7 @@ from batchscore.models.tasks import check_outputs, encoding, generates, input_ki
 from batchscore.output.checkpoint import Checkpoint
 from batchscore.output.claim import Identity, refusal
 from batchscore.output.pending import check_where
+from batchscore.output.survey import Survey
 from batchscore.output.todo import to_do
 from batchscore.precision.table import check_precision
 from batchscore.runtime.device import resolve_device
@@ -129,15 +130,10 @@ def across_shards(job: Job, shards: list[Shard], kinds: dict[str, str]) -> list[
     nothing changes): a carried column whose type one shard cannot share with the others,
     and, by rows, an id that names more than one row or none."""
     try:
-        todo = to_do(
-            job.input,
-            kinds=kinds,
-            chunk_rows=job.output.chunk_rows,
-            shards=shards,
-            ckpt=Checkpoint(job.output.path),
-            fingerprint="",  # a dry run checks no room for new files
-            forget=False,
+        survey = Survey(
+            inp=job.input, kinds=kinds, chunk_rows=job.output.chunk_rows, shards=tuple(shards)
         )
+        todo = to_do(Checkpoint(job.output.path), survey)
     except (InputDataError, TransientIOError) as exc:  # the data's, as `run` reads it
         return [exc]
     except BatchscoreError:  # the output folder's own problems are the run's to meet
