@@ -8,6 +8,7 @@ checked against the commit records: Delta's (`tests.output.tiny.delta_rows`) and
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -76,12 +77,19 @@ def duckdb_iceberg(where: str, columns: tuple[str, ...]) -> list[tuple]:
     """``columns`` of the Iceberg table at ``where`` (a folder, by its version hint, or a
     metadata file), sorted, as DuckDB's ``iceberg_scan`` reads them (its extension and avro's
     from the duckdb-extension wheels: DuckDB alone downloads them on first use)."""
+    query = f"select {', '.join(columns)} from iceberg_scan('{where}')"
+    return sorted(iceberg_duckdb().execute(query).fetchall())
+
+
+@functools.cache
+def iceberg_duckdb() -> duckdb.DuckDBPyConnection:
+    """One DuckDB connection with the Iceberg extension loaded, for every read of a test
+    session (loading it costs about half a second; a read, milliseconds)."""
     con = duckdb.connect()
     for name in ("avro", "iceberg"):
         import_extension(name, con=con)
     con.execute("LOAD iceberg")
-    query = f"select {', '.join(columns)} from iceberg_scan('{where}')"
-    return sorted(con.execute(query).fetchall())
+    return con
 
 
 def iceberg_rows(out: Path) -> list[tuple[str, int]]:
