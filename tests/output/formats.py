@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import duckdb
 import polars as pl
 import pyarrow as pa
@@ -52,8 +53,9 @@ def iceberg_table(out: Path) -> Any:
     return catalog.load_table(identifier_of(IDENTIFIER))
 
 
-def iceberg_read(out: Path, columns: tuple[str, ...]) -> pa.Table:
-    """``columns`` of every row of the Iceberg table at ``out``, as pyiceberg reads it."""
+def iceberg_read(out: Path, columns: tuple[str, ...] = ("*",)) -> pa.Table:
+    """``columns`` (all: "*") of every row of the Iceberg table at ``out``, as pyiceberg
+    reads it."""
     return iceberg_table(out).scan(selected_fields=columns).to_arrow()
 
 
@@ -128,15 +130,14 @@ def table_rows(out: Path, fmt: str | None = None) -> list[tuple[str, int]]:
     return READERS[fmt or table_format(out) or "none"](out)
 
 
-def table_ids(out: Path, fmt: str) -> list[str]:
-    """The ids one reader of the table reads through its log (deltalake's, pyiceberg's),
-    sorted, nothing checked against the commit records (a run killed midway may leave the
-    log ahead of them); an id held twice fails."""
+def table_ids(out: Path, fmt: str, column: str = "id") -> list[str]:
+    """The ids (of ``column``) one reader of the table reads through its log (deltalake's,
+    pyiceberg's), sorted, nothing checked against the commit records (a run killed midway
+    may leave the log ahead of them); an id held twice fails."""
     if fmt == "delta":
-        import deltalake
-
-        ids = deltalake.DeltaTable(str(out)).to_pyarrow_table(columns=["id"])["id"].to_pylist()
+        table = deltalake.DeltaTable(str(out)).to_pyarrow_table(columns=[column])
     else:
-        ids = iceberg_read(out, ("id",))["id"].to_pylist()
+        table = iceberg_read(out, (column,))
+    ids = table[column].to_pylist()
     assert len(set(ids)) == len(ids), f"an id is in the {fmt} table twice"
     return sorted(ids)
