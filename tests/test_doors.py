@@ -1,5 +1,6 @@
-"""Every door, every hostile input: each entry point over one hostile corpus, in both output
-formats and both increment modes where they apply.
+"""Every door, every hostile input: each entry point over one hostile corpus, in the Parquet
+folder and the Delta table (and through `run` and `status`, the Iceberg table) and both
+increment modes where they apply.
 
 The doors: `batchscore run`, `validate`, `plan`, `status`, `status --check`, `check`, `report`,
 `run-batch`, and the Python API's `batchscore.run` and `batchscore.score`. The corpus: real
@@ -44,6 +45,7 @@ import batchscore
 from batchscore.errors import BatchscoreError, InputDataError, JobError
 from tests.commands import invoke
 from tests.conftest import write_job
+from tests.output.formats import iceberg_read, table_format
 
 MODEL = {"task": "embed", "max_length": 64, "threads": 1, "runtime": "torch"}
 HUGE = 2_000_000  # characters of the huge text
@@ -303,6 +305,10 @@ def read_folder(out: Path, fmt: str) -> pa.Table:
         if not (out / "_delta_log").is_dir():
             return pa.table({"n": pa.array([], pa.int64())})
         return deltalake.DeltaTable(str(out)).to_pyarrow_table()
+    if fmt == "iceberg":
+        if table_format(out) != "iceberg":
+            return pa.table({"n": pa.array([], pa.int64())})
+        return iceberg_read(out)
     files = sorted(out.glob("*.parquet"))
     if not files:
         return pa.table({"n": pa.array([], pa.int64())})
@@ -663,10 +669,10 @@ DOORS: dict[str, Callable[..., None]] = {
 XFAIL: dict[Callable[[Cell], bool], str] = {}
 
 
-def job_cells() -> list[Cell]:
+def job_cells(formats: tuple[str, ...] = ("parquet", "delta")) -> list[Cell]:
     cells = []
     for case in CASES:
-        for fmt in ("parquet", "delta"):
+        for fmt in formats:
             for mode in ("shards", "rows"):
                 for on_error in ("fail", "skip") if case == "rows" else ("fail",):
                     cells.append(Cell("", case, fmt, mode, on_error))
@@ -677,6 +683,8 @@ def matrix() -> list[Any]:
     cells = []
     for door in ("run", "api-run", "validate", "plan", "status", "status-check", "report"):
         cells += [replace(c, door=door) for c in job_cells()]
+    for door in ("run", "status"):  # Iceberg's writer and its reader (CI's time: these two)
+        cells += [replace(c, door=door) for c in job_cells(("iceberg",))]
     for case in CASES:
         for on_error in ("fail", "skip") if case == "rows" else ("fail",):
             cells.append(Cell("check", case, on_error=on_error))

@@ -349,7 +349,12 @@ class Table:
     ) -> None:
         """One snapshot: ``stray`` chunk files out, the ``missing`` committed ones whose
         version is even (never in the table) in; those whose version is odd another writer
-        took over."""
+        took over. The folder's version hint then names the table's current metadata file:
+        another writer commits through the catalog, which writes no hint, and a reader of the
+        folder alone would read the table as batchscore last left it (without that writer's
+        rows, with the rows it deleted) after a run that commits nothing."""
+        if self.loaded() is not None:
+            self.hint()
         missing = sorted(k for k in missing if self.version_of(k) % 2 == 0)
         versions = {k: after(self.version_of(k), odd=False) for k in stray}
         versions |= {k: after(self.version_of(k), odd=True) for k in missing}

@@ -126,4 +126,6 @@ def write_hint(store: Store, metadata_location: str) -> None:
     lies in the output's own metadata folder (readers that open the folder alone read it)."""
     folder, _, name = metadata_location.rpartition("/")
     if folder == f"{location(store)}/{METADATA}" and name.endswith(".metadata.json"):
-        store.write_text(HINT, name.removesuffix(".metadata.json"))
+        version = name.removesuffix(".metadata.json")
+        if store.read_text(HINT) != version:  # a run with nothing to commit writes nothing
+            store.write_text(HINT, version)

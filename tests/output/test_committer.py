@@ -28,6 +28,7 @@ from batchscore.models.source.locate import locate
 from batchscore.recipes.run import run_job
 from tests.commands import invoke, run, start, wait_for_commits
 from tests.conftest import read_output, write_job
+from tests.output.formats import TABLES, table_ids
 from tests.reliability import assert_complete_and_equal, assert_nothing_uncommitted_visible
 
 COMMIT_S = 2.0
@@ -154,15 +155,17 @@ def test_a_kill_keeps_what_commit_s_committed(tmp_path: Path, corpus120, clean):
     [("parquet", False, p) for p in PIECE_POINTS]
     + [("delta", False, p) for p in [*PIECE_POINTS, "after-table-commit"]]
     + [("parquet", True, p) for p in ["after-rename", "after-record"]]
-    + [("delta", True, p) for p in ["after-table-commit", "after-record"]],
+    + [("delta", True, p) for p in ["after-table-commit", "after-record"]]
+    # Iceberg's piece differs from Delta's at its table commit alone (CI's time: one case)
+    + [("iceberg", True, "after-table-commit")],
 )
 def test_a_kill_in_a_pieces_commit_resumes_exactly_once(
     tmp_path: Path, corpus120, clean, fmt: str, by_rows: bool, point: str
 ):
     """The first commit of the run is a piece (no chunk is whole by then): killed at each step
     of it, the rerun finds every row once, each piece's rows in one file."""
-    if fmt == "delta":
-        pytest.importorskip("deltalake")
+    if fmt in TABLES:
+        pytest.importorskip("deltalake" if fmt == "delta" else "pyiceberg")
     job = slow_job(tmp_path, corpus120, fmt=fmt, by_rows=by_rows)
     out = job.parent / "out"
     crashed = start(job, faults=f"{SLOW},{point}@1:kill")
@@ -176,8 +179,6 @@ def test_a_kill_in_a_pieces_commit_resumes_exactly_once(
     assert rerun.returncode == 0, rerun.stderr
     assert last_report(out)["rows"] == ROWS - before
     assert_complete_and_equal(out, clean)
-    if fmt == "delta":
-        from deltalake import DeltaTable
-
-        table = DeltaTable(str(out)).to_pyarrow_table()
-        assert sorted(table["doc_id"].to_pylist()) == sorted(clean["doc_id"].to_pylist())
+    if fmt in TABLES:  # the table's readers read every row once
+        ids = table_ids(out, fmt, column="doc_id")
+        assert ids == sorted(clean["doc_id"].to_pylist())

@@ -1,7 +1,8 @@
 """One folder, one schema (`batchscore.output.drift`): a carried column whose type changes
 between runs is cast to the folder's where that type holds its values exactly (checked value
 by value where it may not), and refused otherwise, naming the column, before anything is
-retired or rewritten; by rows and by shards, in a Parquet folder and a Delta table. Each run
+retired or rewritten; by rows and by shards, in a Parquet folder and in a table (Delta's,
+Iceberg's). Each run
 is the tiny tensor job's, for real; the folder is read back by polars, DuckDB and
 pyarrow.dataset, which refuse a folder whose files disagree on a column's type."""
 
@@ -26,6 +27,7 @@ from batchscore.output.drift import SchemaDriftError
 from batchscore.recipes.run import run_job
 from tests.commands import invoke
 from tests.conftest import write_job
+from tests.output.formats import TABLES, iceberg_table
 from tests.output.tiny import ARGS, tiny_job
 
 FEATURES = ["x0", "x1", "x2", "x3"]
@@ -226,18 +228,27 @@ def test_the_first_run_settles_the_type_that_holds_every_shards(tmp_path: Path):
     assert glob["w"].to_list() == [0.5, 1.5, 0.1, 0.2]
 
 
-def test_in_a_delta_table_a_drifted_id_is_refused_before_anything_is_retired(tmp_path: Path):
-    """Delta refuses a column's new type itself, but only when the run appends its rows,
-    after it retired the edited ones (a rewrite transaction): the plan refuses first."""
-    path = job(tmp_path, fmt="delta")
+def log_version(out: Path, fmt: str) -> object:
+    """Where the table's log stands: Delta's version, Iceberg's current metadata file."""
+    if fmt == "delta":
+        return deltalake.DeltaTable(str(out)).version()
+    return iceberg_table(out).metadata_location
+
+
+@pytest.mark.parametrize("fmt", TABLES)
+def test_in_a_table_a_drifted_id_is_refused_before_anything_is_retired(tmp_path: Path, fmt: str):
+    """A table refuses a column's new type itself (Delta does), but only when the run appends
+    its rows, after it retired the edited ones (a rewrite transaction): the plan refuses
+    first, in Delta and Iceberg alike, the table's log and catalog untouched."""
+    path = job(tmp_path, fmt=fmt)
     pq.write_table(rows(pa.array(range(6))), tmp_path / "in/a.parquet")
     assert scored(path) == (6, 0)
-    version = deltalake.DeltaTable(str(tmp_path / "out")).version()
+    version = log_version(tmp_path / "out", fmt)
     before = fingerprints(tmp_path / "out")
     again = rows(pa.array([str(i) for i in range(7)]))  # the same rows, and one appended
     again = again.set_column(1, "x0", pa.array([9.0, *again["x0"].to_pylist()[1:]], pa.float32()))
     pq.write_table(again, tmp_path / "in/a.parquet")  # row 0 edited: its old score would retire
     with pytest.raises(SchemaDriftError, match=r"column 'id' is string here but int64"):
         run_job(load_job(path))
-    assert deltalake.DeltaTable(str(tmp_path / "out")).version() == version
+    assert log_version(tmp_path / "out", fmt) == version
     assert fingerprints(tmp_path / "out") == before

@@ -2,15 +2,16 @@
 scored, so each change to the input scores exactly the rows that changed, wherever they now
 lie: rows appended, edited or deleted, files renamed, split, merged or compacted. Each test
 counts the rows scored and retired from the run report, and checks the data glob against the
-input, each current row once, nothing retired left in it; in both output formats, and in a
-Delta table's also the table, as deltalake, polars and DuckDB read it: the same rows as the
-folder's committed files."""
+input, each current row once, nothing retired left in it; in every output format
+(`tests.output.formats.FORMATS`), and in a table also the table, as each of its readers reads
+it (deltalake, pyiceberg, polars, DuckDB): the same rows as the folder's committed files."""
 
 from __future__ import annotations
 
 import datetime
 import decimal
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,15 @@ import pytest
 from batchscore.job.parse import load_job
 from batchscore.output import diff
 from batchscore.output.delta import storage_options
+from batchscore.output.iceberg_catalog import file_io
 from batchscore.recipes.run import run_job
 from batchscore.recipes.status import job_status
 from batchscore.storage.fs import filesystem
 from tests.commands import invoke
+from tests.output.formats import FORMATS, iceberg_table, table_format, table_rows
 from tests.output.tiny import (
     SCHEMA,
     committed_rows,
-    delta_rows,
     rows_job,
     rows_table,
     tiny_job,
@@ -58,20 +60,21 @@ def check(out: Path, inputs: Path) -> None:
     assert sorted(glob["id"].to_pylist()) == sorted(rows["id"].to_pylist())
     assert len(set(glob["id"].to_pylist())) == glob.num_rows
     assert (out / "_SUCCESS").is_file()
-    if (out / "_delta_log").is_dir():  # the table: the committed rows, the input's, once
-        table = delta_rows(out)
+    if table_format(out):  # the table: the committed rows, the input's, once
+        table = table_rows(out)
         assert table == committed_rows(out)
         assert sorted(i for i, _ in table) == sorted(rows["id"].to_pylist())
 
 
 def scored(job: Path) -> tuple[int, int]:
-    """A run's rows scored and rows retired, from its report."""
-    report = run_job(load_job(job))
+    """A run's rows scored and rows retired, from its report (the environment passed in as
+    the front doors pass it: an object store's AWS variables reach an Iceberg table)."""
+    report = run_job(load_job(job), environ=os.environ)
     assert report["outcome"] == "ok"
     return report["rows"], report["rows_retired"]
 
 
-@pytest.fixture(params=["parquet", "delta"])
+@pytest.fixture(params=FORMATS)
 def setup(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Path, Path, Path]:
     """A job by rows over ``in/a.parquet`` (10 rows) and ``in/b.parquet`` (6), all scored,
     in each output format."""
@@ -114,6 +117,17 @@ def test_an_edited_row_is_scored_again_and_its_old_score_retired(setup):
             [old], [new] = commit["batchscore.replaces"], commit["batchscore.chunks"]
             assert old != new and not (out / f"part-{old}.parquet").exists()
             assert (out / f"part-{new}.parquet").is_file()
+    if table_format(out) == "iceberg":  # the same, in the rewrite's snapshot summary
+        snapshots = iceberg_table(out).snapshots()
+        summaries = [s.summary.additional_properties for s in snapshots]
+        [commit] = [s for s in summaries if s.get("batchscore.operation") == "rewrite"]
+        assert commit["batchscore.job"] == "job" and commit["batchscore.precision"] == "fp32"
+        [old], [new] = (
+            json.loads(commit["batchscore.replaces"]),
+            json.loads(commit["batchscore.chunks"]),
+        )
+        assert old != new and not (out / f"part-{old}.parquet").exists()
+        assert (out / f"part-{new}.parquet").is_file()
 
 
 def test_rows_picked_from_a_range_are_not_counted_as_filtered(tmp_path: Path):
@@ -262,10 +276,11 @@ def test_by_shards_the_report_says_why_a_changed_shard_is_scored_whole(tmp_path:
 
 
 @pytest.mark.s3
-@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_increments_by_row_in_an_object_store(bucket: str, tmp_path: Path, fmt: str):
     """No rename in S3: a partly retired file is rewritten as one whole-object upload (in a
-    Delta table, under a new name, swapped for the old in the table's log)."""
+    table, under a new name, swapped for the old in the table's log: Delta's, and Iceberg's,
+    read from the bucket alone by its version hint)."""
     out = f"{bucket}/out"
     job, inputs = rows_job(tmp_path, output=out, fmt=fmt), tmp_path / "in"
     write_rows(inputs / "a.parquet", rows_table([f"a{i}" for i in range(10)]))
@@ -286,6 +301,12 @@ def test_increments_by_row_in_an_object_store(bucket: str, tmp_path: Path, fmt: 
         dt = deltalake.DeltaTable(out, storage_options=storage_options(out))
         assert sorted(dt.to_pyarrow_table(columns=["id"])["id"].to_pylist()) == sorted(ids)
         assert len(dt.file_uris()) == len(glob)
+    if fmt == "iceberg":
+        from pyiceberg.table import StaticTable
+
+        table = StaticTable.from_metadata(out, properties=file_io(out, os.environ))
+        assert sorted(table.scan().to_arrow()["id"].to_pylist()) == sorted(ids)
+        assert len(list(table.scan().plan_files())) == len(glob)
     assert scored(job) == (0, 0)
 
 
@@ -302,7 +323,7 @@ def test_a_shard_that_cannot_be_read_retires_nothing(setup):
     assert not (out / "_SUCCESS").exists()
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_rows_with_an_error_stay_listed_with_their_file_when_it_is_rewritten(
     tmp_path: Path, fmt: str
 ):

@@ -1,11 +1,12 @@
 """Exactly once under kills, by rows: an incremental run (rows appended, edited and deleted, a
 file deleted whole and one renamed) SIGKILLed at each fault point of its work, in a real
-subprocess, in both output formats. After the kill, no id is twice in what a reader reads (the
-data glob; a Delta table, through its log, whose glob may hold a rewritten file beside the one
-it replaces until the next start), and `_SUCCESS`, where present, means it matches the input;
-after the next run, the data glob holds each current input row exactly once with its current
-hash and score (those of a clean run over the same input), and no retired row, and a Delta
-table holds exactly the folder's committed rows, as deltalake, polars and DuckDB read it."""
+subprocess, in every output format (`tests.output.formats.FORMATS`). After the kill, no id is
+twice in what a reader reads (the data glob; a table, through its log, whose glob may hold a
+rewritten file beside the one it replaces until the next start), and `_SUCCESS`, where
+present, means it matches the input; after the next run, the data glob holds each current
+input row exactly once with its current hash and score (those of a clean run over the same
+input), and no retired row, and a table holds exactly the folder's committed rows, as each of
+its readers reads it (deltalake or pyiceberg, polars, DuckDB)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import shutil
 import signal
 from pathlib import Path
 
-import deltalake
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,10 +23,10 @@ from batchscore import faults
 from batchscore.job.parse import load_job
 from batchscore.recipes.run import run_job
 from tests.commands import run
+from tests.output.formats import FORMATS, TABLES, table_ids, table_rows
 from tests.output.tiny import (
     SCHEMA,
     committed_rows,
-    delta_rows,
     rows_job,
     rows_table,
     write_rows,
@@ -53,15 +53,16 @@ POINTS = [
     "remove@1",
     "remove@2",
 ]
-# a Delta table's own: a chunk's table commit, and a rewrite's steps under a new chunk key
-# (the old file out of and the new one into the table; the new record; see output.rewrite)
-DELTA_POINTS = [
+# a table's own (Delta's, Iceberg's): a chunk's table commit, and a rewrite's steps under a
+# new chunk key (the old file out of and the new one into the table; the new record; see
+# output.rewrite)
+TABLE_POINTS = [
     "after-table-commit@1",
     "rewrite-table@1",
     "rewrite-table@3",
     "rewrite-record@2",
 ]
-CASES = [("parquet", p) for p in POINTS] + [("delta", p) for p in POINTS + DELTA_POINTS]
+CASES = [(f, p) for f in FORMATS for p in POINTS + (TABLE_POINTS if f in TABLES else [])]
 
 
 def rows_of(out: Path) -> dict[str, tuple[int, list[float]]]:
@@ -92,13 +93,6 @@ def change(inputs: Path) -> None:
     write_rows(inputs / "b.parquet", b.take([0, 3, 4, 7]))
     (inputs / "c.parquet").unlink()
     (inputs / "d.parquet").rename(inputs / "d2.parquet")
-
-
-def table_ids(out: Path) -> list[str]:
-    """The ids a Delta reader reads (through the log), sorted; an id held twice fails."""
-    ids = sorted(deltalake.DeltaTable(str(out)).to_pyarrow_table(columns=["id"])["id"].to_pylist())
-    assert len(set(ids)) == len(ids), "an id is in the Delta table twice"
-    return ids
 
 
 def first_run(root: Path, fmt: str = "parquet") -> Path:
@@ -133,7 +127,7 @@ def test_a_kill_at_each_point_of_an_incremental_run_leaves_each_row_once(
 
     assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
     assert_nothing_uncommitted_visible(out)
-    read = table_ids(out) if fmt == "delta" else sorted(rows_of(out))  # no id twice, even now
+    read = table_ids(out, fmt) if fmt in TABLES else sorted(rows_of(out))  # no id twice, even now
     if (out / "_SUCCESS").exists():
         assert read == ids_of(inputs)
     report = run_job(load_job(job))
@@ -143,18 +137,19 @@ def test_a_kill_at_each_point_of_an_incremental_run_leaves_each_row_once(
     for i, (_, scores) in found.items():  # each current row once, current hash and score
         assert np.allclose(scores, clean[i][1], atol=1e-5), i
     assert sorted(clean) == ids_of(inputs)
-    if fmt == "delta":  # the table: the folder's committed rows, the clean run's
+    if fmt in TABLES:  # the table: the folder's committed rows, the clean run's
         want = sorted((i, h) for i, (h, _) in clean.items())
-        assert delta_rows(out) == committed_rows(out) == want
+        assert table_rows(out, fmt) == committed_rows(out) == want
     assert run_job(load_job(job))["rows"] == 0  # and nothing is left to do
 
 
 def test_every_fault_point_of_a_run_is_killed_at():
     """A fault point added later is added here too. Not reached by an increment: the
     restart's own (`--restart`'s) and the quality gate's batches (an increment's folder
-    settled its precision on its first run, so it measures nothing). The Delta table's
-    commit and a rewrite's steps under a new key are reached in a Delta table only."""
+    settled its precision on its first run, so it measures nothing). A table's commit and a
+    rewrite's steps under a new key are reached in a table only (Delta's and Iceberg's)."""
     unreached = {"restart-unrecorded", "restart-remove", "gate-batch"}
     assert {p.split("@")[0] for _, p in CASES} == set(faults.POINTS) - unreached
-    delta_only = {p.split("@")[0] for p in DELTA_POINTS}
-    assert delta_only == {"after-table-commit", "rewrite-table", "rewrite-record"}
+    tables_only = {p.split("@")[0] for p in TABLE_POINTS}
+    assert tables_only == {"after-table-commit", "rewrite-table", "rewrite-record"}
+    assert {f for f, p in CASES if p == "rewrite-table@1"} == set(TABLES)

@@ -6,10 +6,11 @@ happened). After every step: no id is in the data glob twice, and wherever batch
 `_SUCCESS` present means the data glob holds exactly the current input's rows, each with its
 current hash and score; after every run that ended well, that holds and `status` says complete.
 
-The same machine runs over a Delta table (`RowsDeltaFolder`), where what a reader reads is the
+The same machine runs over a Delta table (`RowsDeltaFolder`) and an Iceberg table
+(`RowsIcebergFolder`), each shared with another writer, where what a reader reads is the
 table: no id is in it twice after any step (a glob may hold a rewritten file beside the one it
-replaces until the next start), and after every run that ended well it holds exactly the
-folder's committed rows.
+replaces until the next start), and after every run that ended well it holds each current
+input row once (but for a row the other writer deleted) and the other writer's rows.
 
 Each machine runs until it has killed a run at every point in its list at least once (a
 point never reached fails the test) and prints the points it reached. A tiny MLP over 4
@@ -34,6 +35,7 @@ import torch
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from pyiceberg.table import StaticTable
 
 from batchscore.job.parse import load_job
 from batchscore.models.numeric.factories import mlp
@@ -42,7 +44,14 @@ from batchscore.recipes.status import job_status
 from batchscore.storage.layout import is_chunk_name
 from batchscore.work.row_hash import hash_column
 from tests.kills import Kills, until_reached
-from tests.output.neighbours import append_foreign, neighbour, table_rows
+from tests.output.formats import iceberg_agreed, iceberg_read, iceberg_table, table_format
+from tests.output.neighbours import (
+    append_foreign,
+    iceberg_append_foreign,
+    iceberg_neighbour,
+    neighbour,
+    table_rows,
+)
 from tests.output.tiny import ARGS, SCHEMA, rows_job, write_rows
 
 pytestmark = pytest.mark.slow
@@ -63,7 +72,7 @@ KILLS = [
     "rewrite",
     "remove",
 ]
-DELTA_KILLS = ["after-table-commit", "rewrite-table", "rewrite-record"]  # a Delta table's own
+TABLE_KILLS = ["after-table-commit", "rewrite-table", "rewrite-record"]  # a table's own
 
 
 def by_spark(table: pa.Table, path: Path) -> None:
@@ -417,6 +426,106 @@ class RowsDeltaFolder(RowsFolder):
         self.holds_the_input()
 
 
+class RowsIcebergFolder(RowsDeltaFolder):
+    """The same, writing an Iceberg table, killed at a table's own fault points too, and
+    shared with another writer through the folder's catalog (pyiceberg's own calls,
+    `tests.output.neighbours.iceberg_neighbour`): a compaction (an overwrite of the whole
+    table, batchscore's files replaced by the writer's own), every older snapshot expired, a
+    column added, a row deleted and rows of its own appended, between runs and kills. What a
+    reader reads is the table (pyiceberg, polars and DuckDB agree; after a run that ended
+    well, also from the folder alone by its version hint)."""
+
+    fmt = "iceberg"
+
+    def readable(self) -> bool:
+        """A table whose every data file is there (one a hand deleted fails every reader, and
+        the other writer's maintenance too, until the next run takes it out)."""
+        if table_format(self.out) != "iceberg":
+            return False
+        table = iceberg_table(self.out)
+        if table.current_snapshot() is None:
+            return True
+        return all(Path(t.file.file_path).is_file() for t in table.scan().plan_files())
+
+    def rows(self) -> int:
+        return iceberg_read(self.out, ("id",)).num_rows
+
+    # -- the other writer -------------------------------------------------------------------
+
+    @precondition(lambda self: self.readable())
+    @rule(operation=st.sampled_from(["compact", "expire"]))
+    def neighbour_maintains(self, operation: str) -> None:
+        iceberg_neighbour(self.out, operation)
+        event(f"the other writer: {operation}")
+
+    @precondition(lambda self: self.readable() and not self.columns)
+    @rule()
+    def neighbour_adds_a_column(self) -> None:
+        iceberg_neighbour(self.out, "add_column")
+        self.columns = True
+
+    @precondition(lambda self: self.readable())
+    @rule()
+    def neighbour_appends(self) -> None:
+        if self.rows() < 2:
+            return
+        ids = (f"f{self.serial}-0", f"f{self.serial}-1")
+        self.foreign.update(iceberg_append_foreign(self.out, ids))
+        self.serial += 1
+
+    @precondition(lambda self: self.readable())
+    @rule(pick=st.integers(0, 2**16))
+    def neighbour_deletes_a_row(self, pick: int) -> None:
+        found = iceberg_read(self.out, ("id", "_row_hash"))
+        if not found.num_rows:
+            return
+        i = pick % found.num_rows
+        row_id, row_hash = found["id"][i].as_py(), found["_row_hash"][i].as_py()
+        iceberg_table(self.out).delete(f"id == '{row_id}'")
+        if row_id in self.foreign:
+            del self.foreign[row_id]
+        else:
+            self.deleted.add((row_id, row_hash))
+        event("the other writer deleted a row")
+
+    # -- what must hold ---------------------------------------------------------------------
+
+    def holds_the_input(self) -> None:
+        """The table, as pyiceberg, polars and DuckDB read it, holds each current input row
+        once with its hash and score (but those the other writer deleted while unchanged),
+        and the other writer's rows as it wrote them."""
+        if table_format(self.out) != "iceberg":
+            assert not self.expected(), "rows committed, and no table"
+            return
+        table = iceberg_read(self.out, ("id", "_row_hash", "prediction", "scores"))
+        ids = table["id"].to_pylist()
+        assert len(ids) == len(set(ids)), "an id twice in the table"
+        agreed = iceberg_agreed(self.out, ("id", "scores"))  # the readers agree
+        assert sorted(i for i, _ in agreed) == sorted(ids)
+        hashes, predicted = table["_row_hash"].to_pylist(), table["prediction"].to_pylist()
+        ours = {i: (h, p) for i, h, p in zip(ids, hashes, predicted, strict=True)}
+        theirs = {i: ours.pop(i) for i in list(ours) if i in self.foreign}
+        want = {i: v for i, v in self.expected().items() if (i, v[0]) not in self.deleted}
+        assert ours == want
+        assert set(theirs) == set(self.foreign)
+        scores = dict(zip(ids, table["scores"].to_pylist(), strict=True))
+        assert all(scores[i] == s for i, s in self.foreign.items())
+
+    def check_complete(self) -> None:
+        super().check_complete()
+        if table_format(self.out) == "iceberg":  # the folder alone reads the same table
+            alone = StaticTable.from_metadata(str(self.out)).scan(selected_fields=("id",))
+            assert sorted(alone.to_arrow()["id"].to_pylist()) == sorted(
+                iceberg_read(self.out, ("id",))["id"].to_pylist()
+            )
+
+    @invariant()
+    def no_id_is_in_the_table_twice(self) -> None:
+        if self.readable():
+            ids = iceberg_read(self.out, ("id",))["id"].to_pylist()
+            assert len(ids) == len(set(ids))
+
+
 def machine_settings(**more: int) -> settings:
     return settings(
         deadline=None,
@@ -426,7 +535,11 @@ def machine_settings(**more: int) -> settings:
     )
 
 
-MACHINES = [(RowsFolder, KILLS), (RowsDeltaFolder, KILLS + DELTA_KILLS)]
+MACHINES = [
+    (RowsFolder, KILLS),
+    (RowsDeltaFolder, KILLS + TABLE_KILLS),
+    (RowsIcebergFolder, KILLS + TABLE_KILLS),
+]
 
 
 @pytest.mark.timeout(1800)  # rounds until every point is reached: minutes on a busy machine

@@ -46,7 +46,7 @@ def tiny_job(root: Path, output: str = "out", chunk_rows: int = 4) -> Path:
 
 def rows_job(root: Path, output: str = "out", fmt: str = "parquet", **extra: str) -> Path:
     """The tiny tensor job, by rows (`[input].increments = "rows"`), writing ``fmt``
-    (`[output].format`: "parquet" or "delta"); ``extra`` [input] keys."""
+    (`[output].format`: one of `tests.output.formats.FORMATS`); ``extra`` [input] keys."""
     tiny_job(root)
     return write_job(
         root / "job.toml",
