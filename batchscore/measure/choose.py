@@ -75,10 +75,13 @@ def choose_precision(
     tried: dict[str, Trial] = {}
     gated = None
     for name in candidates:
-        # One precision to gate: the reference's model, its columns kept, can become it.
-        reuse = None if auto else reference
-        if reuse is not None and convertible(name, compiled=reference.executor.compiled):
-            reference.score(table.slice(reference.rows))  # the whole sample before it converts
+        # One precision to gate: the reference's model, its columns kept, can become it
+        # (int8), once it has scored the whole sample; else it stays loaded beside the
+        # candidate, to score the gate's further rounds.
+        reuse = None
+        if not auto and convertible(name, compiled=reference.executor.compiled):
+            reuse = reference
+            reference.score(table.slice(reference.rows))
         try:
             candidate = trial(
                 job,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from batchscore.errors import BookkeepingError, OutputConflictError
+from batchscore.errors import BookkeepingError, OutputConflictError, QualityGateError
 from batchscore.job.ranges import Ranges
 from batchscore.job.runtimes import OPENVINO, openvino_wanted
 from batchscore.job.sections import Job
@@ -38,7 +38,7 @@ from batchscore.measure.cache import DecisionCache, Entry, cache_key
 from batchscore.measure.choose import choose_precision
 from batchscore.measure.gate import Trial, trial
 from batchscore.measure.load import job_sample, trial_budget
-from batchscore.measure.rounds import kept_evidence, new_evidence, rounds
+from batchscore.measure.rounds import evidence_key, kept_evidence, new_evidence, rounds
 from batchscore.models.embed import calibrates, measured_ranges
 from batchscore.models.tasks import generates
 from batchscore.observe.progress import stage
@@ -117,8 +117,15 @@ def decide(
         verdict = Chosen("fp32", "fp32 is the reference")
     else:
         what = f"quality gate: scoring {rounds(job, table, seen, whole)} in fp32 and {wanted}"
-        with stage(what, "quality gate done"):
-            gated = choose_precision(job, model_path, table, evidence=seen.get(wanted), whole=whole)
+        try:
+            with stage(what, "quality gate done"):
+                gated = choose_precision(
+                    job, model_path, table, evidence=seen.get(wanted), whole=whole
+                )
+        except QualityGateError:  # refused: the next run of the job scores the whole gate
+            if cache is not None:
+                cache.note(key, {evidence_key(job, wanted): None})
+            raise
         chosen = gated.chosen
         speeds = {"fp32": gated.reference.tokens_per_s, wanted: chosen.tokens_per_s}
         verdict = dataclasses.replace(

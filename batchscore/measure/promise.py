@@ -22,6 +22,7 @@ This module is policy only: counts and shares in, verdicts out (tested by simula
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -70,15 +71,7 @@ class Promise:
     def bound(self, rows: int, doubtful: int, risk: float) -> float:
         """The share of rows like these that may be doubtful, with confidence ``1 - risk``: the
         one-sided Clopper-Pearson upper bound (1 with no rows)."""
-        if rows <= 0 or doubtful >= rows:
-            return 1.0
-        if doubtful == 0:
-            return 1.0 - risk ** (1.0 / rows)
-        low, high = 0.0, 1.0
-        for _ in range(60):  # the share at which seeing this few is as unlikely as ``risk``
-            middle = (low + high) / 2
-            low, high = (middle, high) if at_most(doubtful, rows, middle) > risk else (low, middle)
-        return high
+        return clopper_pearson(rows, doubtful, risk)
 
     def shown(self, rows: int, doubtful: int, risk: float) -> bool:
         """Whether ``doubtful`` of ``rows`` show the promise at this look's ``risk``."""
@@ -130,6 +123,20 @@ def judge_look(
         why = f"{rows} rows, {doubtful} within half the threshold's reach of it"
         return Look("pass", rows, doubtful, shown, why)
     return Look("more", rows, doubtful, shown, f"{doubtful} of {rows} rows in doubt")
+
+
+@functools.lru_cache(maxsize=4096)  # a gate asks for a few (rows, count) pairs, again and again
+def clopper_pearson(rows: int, doubtful: int, risk: float) -> float:
+    """The one-sided upper bound on a share, ``doubtful`` of ``rows`` seen, at ``risk``."""
+    if rows <= 0 or doubtful >= rows:
+        return 1.0
+    if doubtful == 0:
+        return 1.0 - risk ** (1.0 / rows)
+    low, high = 0.0, 1.0
+    for _ in range(60):  # the share at which seeing this few is as unlikely as ``risk``
+        middle = (low + high) / 2
+        low, high = (middle, high) if at_most(doubtful, rows, middle) > risk else (low, middle)
+    return high
 
 
 def at_most(k: int, n: int, share: float) -> float:
