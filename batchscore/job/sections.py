@@ -170,11 +170,8 @@ class OutputConfig:
 class QualityConfig:
     """[quality]: how closely a precision other than fp32 must agree with fp32 on the job's rows.
 
-    Measured on the job's first distinct rows before the first chunk is scored (and recorded,
-    so a resumed run does not measure again), in rounds of them up to ``sample_rows`` until the
-    gate's promise is kept: with ``confidence``, fewer than ``max_share_below`` of the job's
-    rows fall below the threshold (`batchscore.measure.promise`); `batchscore check` measures
-    it on demand.
+    Measured in rounds of the first rows, up to ``sample_rows``, until its promise is kept
+    (`batchscore.measure.promise`), before the first chunk (recorded: resumes reuse it).
     """
 
     sample_rows: int = field(default=256, metadata={"min": 1, "max": MAX_SAMPLE_ROWS})
