@@ -170,11 +170,13 @@ class OutputConfig:
 class QualityConfig:
     """[quality]: how closely a precision other than fp32 must agree with fp32 on the job's rows.
 
-    Measured on the first ``sample_rows`` rows before the first chunk is scored (and recorded, so
-    a resumed run does not measure again); `batchscore check` measures it on demand.
+    Measured in rounds of the first rows, up to ``sample_rows``, until its promise is kept
+    (`batchscore.measure.promise`), before the first chunk (recorded: resumes reuse it).
     """
 
     sample_rows: int = field(default=256, metadata={"min": 1, "max": MAX_SAMPLE_ROWS})
+    max_share_below: float = field(default=0.05, metadata={"min": 0.0, "max": 1.0})
+    confidence: float = field(default=0.95, metadata={"min": 0.5, "max": 0.999999})
     min_cosine: float = field(default=0.99, metadata={"min": -1.0, "max": 1.0})
     min_agreement: float = field(default=0.99, metadata={"min": 0.0, "max": 1.0})
     min_exact_match: float = field(default=0.9, metadata={"min": 0.0, "max": 1.0})

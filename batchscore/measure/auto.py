@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,10 @@ import pyarrow as pa
 from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job
 from batchscore.measure.budget import model_shape
-from batchscore.measure.cache import Measured
-from batchscore.measure.gate import Trial, judge, trial
+from batchscore.measure.cache import Evidence, Measured
+from batchscore.measure.gate import Trial, trial
 from batchscore.measure.load import trial_budget
+from batchscore.measure.rounds import Gated, first_rows, gate_in_rounds
 from batchscore.measure.spend import Ledger, Prospect, next_to_try, weigh
 from batchscore.models.tasks import generates
 from batchscore.output.settled import Chosen
@@ -65,6 +66,7 @@ class Auto:
     record: Chosen  # the precision chosen, as the output folder records it
     measured: dict[str, Measured]  # every precision tried, for the cache
     unusable: dict[str, str]  # precisions this model cannot run at all, and why
+    gates: dict[str, Gated] = field(default_factory=dict)  # how the gate concluded on each
 
 
 def guessed_speedup(name: str, device: Any, reference: Trial) -> float:
@@ -159,28 +161,38 @@ def choose_auto(
     rows: int | None,
     known: dict[str, Measured],
     unusable: dict[str, str],
+    evidence: dict[str, Evidence] | None = None,
+    whole: bool = False,
 ) -> Auto:
-    """Score the sample in fp32, then try faster precisions while one pays for itself within
-    the spending rule (`batchscore.measure.spend`), the most promising first.
+    """Score the sample's first round in fp32, then try faster precisions while one pays for
+    itself within the spending rule (`batchscore.measure.spend`), the most promising first,
+    each gated in rounds (`batchscore.measure.rounds`).
 
     ``rows``: how many rows the run will score (None: only the sample). ``known``: this
     machine's earlier measurements by precision; ``unusable``: precisions this model cannot run
     at all, and why (int8 without a Linear layer to quantize): neither is tried.
+    ``evidence``: what the gate saw of each precision on this job before; ``whole``: the job
+    needs every sample row scored.
     """
     device = resolve_device(job.model.device)
     budget = trial_budget(job)
-    reference = trial(job, model_path, "fp32", table=table, max_tokens=budget, timed=False)
+    evidence = evidence or {}
     candidates = [p for p in available(device) if precision(p).gated and p not in unusable]
     if generates(job.model, model_path):
         candidates = [p for p in candidates if precision(p).generates]
-    left_rows = max((rows if rows is not None else table.num_rows) - table.num_rows, 0)
+    warm = any(name in evidence for name in candidates)
+    first = first_rows(job.quality, table.num_rows, warm=warm, whole=whole)
+    reference = trial(
+        job, model_path, "fp32", table=table, max_tokens=budget, timed=False, rows=first
+    )
+    left_rows = max((rows if rows is not None else reference.rows) - reference.rows, 0)
     sample_tokens = reference.tokens_per_row * reference.rows
     shape = model_shape(model_path)
     waiting = prospects(
         candidates,
         device,
         reference=reference,
-        sample_tokens=sample_tokens,
+        sample_tokens=reference.tokens_per_row * table.num_rows,  # int8 calibrates on half
         known=known,
         layers=shape.linear_layers if shape else None,
     )
@@ -193,6 +205,7 @@ def choose_auto(
     best = reference
     lines = [reference.describe()]
     tried: dict[str, Trial] = {}
+    gates: dict[str, Gated] = {}
     unusable = dict(unusable)
     overrun = 0.0  # the most a trial cost over the worst case it was admitted on
     while waiting:
@@ -203,7 +216,9 @@ def choose_auto(
         name, worst = weighed.prospect.name, ledger.cost_s(weighed.prospect, worst=True)
         started = time.perf_counter()
         try:
-            candidate = trial(job, model_path, name, table=table, max_tokens=budget, timed=False)
+            candidate = trial(
+                job, model_path, name, table=table, max_tokens=budget, timed=False, rows=first
+            )
         except (QualityGateError, ModelError) as exc:
             # the gate: int8's calibration could not keep the promise; the model: int8 found no
             # Linear layer, the model's nature, kept so later jobs do not try again
@@ -218,12 +233,15 @@ def choose_auto(
             overrun = max(overrun, spent - worst)
             ledger = ledger.after(won=False, cost_s=spent)
             continue
-        candidate.agreement = judge(reference, candidate, job.quality)
+        widened = reference.cold_s  # fp32's further rounds are this trial's cost too
+        gates[name] = gate_in_rounds(
+            reference, candidate, table, job.quality, evidence=evidence.get(name), whole=whole
+        )
         tried[name] = candidate
         lines.append(candidate.describe())
         log.info("quality gate: %s", lines[-1], extra=DETAIL)
         won = candidate.agreement.passed and candidate.tokens_per_s > best.tokens_per_s
-        cost = candidate.load_s + candidate.cold_s
+        cost = candidate.load_s + candidate.cold_s + reference.cold_s - widened
         calibrated_over = candidate.calibrate_s - weighed.prospect.calibrate_max_s
         overrun = max(overrun, cost - worst, calibrated_over)
         ledger = ledger.after(
@@ -246,7 +264,7 @@ def choose_auto(
     if best is not reference:
         reference.unload()
     why = (
-        f"for {left_rows + table.num_rows:,} rows, the fastest that passes the quality gate "
+        f"for {left_rows + reference.rows:,} rows, the fastest that passes the quality gate "
         "of fp32 and what could pay for itself: " + "; ".join(lines)
     )
     record = Chosen(
@@ -255,8 +273,9 @@ def choose_auto(
         trials=tuple(lines),
         speeds={n: round(t.tokens_per_s, 1) for n, t in {"fp32": reference, **tried}.items()},
         measured={
-            "sample_rows": table.num_rows,
+            "sample_rows": best.rows,
             "agreement": best.agreement.metrics if best.agreement else None,
+            **({"gate": gates[best.precision].record()} if best.precision in gates else {}),
             # what measuring may take, took, and took beyond its trials' worst cases: the
             # rule keeps spent_s <= budget_s + overrun_s (docs/precision.md)
             "spending": {
@@ -266,7 +285,9 @@ def choose_auto(
             },
         },
     )
-    return Auto(best, record, {n: measured(t, reference) for n, t in tried.items()}, unusable)
+    return Auto(
+        best, record, {n: measured(t, reference) for n, t in tried.items()}, unusable, gates
+    )
 
 
 def measured_load(prospect: Prospect, load_s: float) -> Prospect:

@@ -17,6 +17,7 @@ entries that do not validate is a warning and a cold run, never an error.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -52,12 +53,24 @@ class Measured:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What the quality gate saw of one precision on one job's rows (`evidence_key`), in every
+    new output folder so far: a warm run checks a spot sample against it rather than scoring
+    the whole gate again (`batchscore.measure.rounds`)."""
+
+    rows: int  # rows scored beside fp32, every one on the right side of its threshold
+    worst: float  # the smallest margin among them (1: as fp32, 0: at the threshold)
+
+
+@dataclass(frozen=True)
 class Entry:
     """Everything kept for one cache key."""
 
     measured: dict[str, Measured] = field(default_factory=dict)
     unusable: dict[str, str] = field(default_factory=dict)  # precision -> why it cannot run
     measured_at: str = ""
+    # "precision | job digest" -> the gate's evidence; entries written before it have none
+    evidence: dict[str, Evidence] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, **asdict(self)}
@@ -72,11 +85,27 @@ class Entry:
             raise ValueError('"measured" and "unusable" must be objects')
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in unusable.items()):
             raise ValueError('"unusable" must map precisions to reasons')
+        evidence = data.get("evidence", {})
+        if not isinstance(evidence, dict):
+            raise ValueError('"evidence" must be an object')
         return cls(
             {name: measurement(name, value) for name, value in measured.items()},
             dict(unusable),
             str(data.get("measured_at", "")),
+            {str(key): seen(key, value) for key, value in evidence.items()},
         )
+
+
+def seen(key: str, value: Any) -> Evidence:
+    """One validated `Evidence`: a positive count of rows and a margin from 0 to 1."""
+    if not isinstance(value, dict) or set(value) != {"rows", "worst"}:
+        raise ValueError(f"evidence {key}: expected rows and worst")
+    rows, worst = value["rows"], value["worst"]
+    if type(rows) is not int or rows < 1 or type(worst) not in (int, float):
+        raise ValueError(f"evidence {key}: rows must be a positive whole number, worst a number")
+    if not 0 <= worst <= 1:
+        raise ValueError(f"evidence {key}: worst must lie from 0 to 1")
+    return Evidence(rows, float(worst))
 
 
 def measurement(name: str, value: Any) -> Measured:
@@ -208,7 +237,8 @@ class DecisionCache:
         if self.path is None:
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        entries = {**self.raw(), key: Entry(entry.measured, entry.unusable, stamp).to_json()}
+        kept = Entry(entry.measured, entry.unusable, stamp, entry.evidence)
+        entries = {**self.raw(), key: kept.to_json()}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.untrusted(self.path.parent):
@@ -229,8 +259,22 @@ class DecisionCache:
         entry = entry or Entry()
         self.put(
             key,
-            Entry({**entry.measured, **measured}, {**entry.unusable, **(unusable or {})}),
+            Entry(
+                {**entry.measured, **measured},
+                {**entry.unusable, **(unusable or {})},
+                evidence=entry.evidence,
+            ),
         )
+
+    def note(self, key: str, evidence: Mapping[str, Evidence | None]) -> None:
+        """Keep what the quality gate saw (`Evidence`, by `evidence_key`) beside the rest; a
+        key given None is forgotten."""
+        if not evidence:
+            return
+        entry = self.get(key) or Entry()
+        kept = {k: v for k, v in {**entry.evidence, **evidence}.items() if v is not None}
+        if kept != entry.evidence:
+            self.put(key, dataclasses.replace(entry, evidence=kept))
 
     def export(self, key: str, path: Path) -> Entry:
         """Write the entry for ``key`` alone, as a `decisions.json` that a build step can place

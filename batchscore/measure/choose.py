@@ -16,8 +16,10 @@ import pyarrow as pa
 
 from batchscore.errors import ModelError, QualityGateError
 from batchscore.job.sections import Job
+from batchscore.measure.cache import Evidence
 from batchscore.measure.gate import Trial, judge, trial
-from batchscore.measure.load import trial_budget
+from batchscore.measure.load import convertible, trial_budget
+from batchscore.measure.rounds import Gated, first_rows, gate_in_rounds
 from batchscore.models.tasks import generates
 from batchscore.output.settled import Chosen
 from batchscore.precision.table import available, precision
@@ -36,11 +38,20 @@ class Choice:
     record: Chosen
     reference: Trial
     tried: dict[str, Trial] = field(default_factory=dict)
+    gated: Gated | None = None  # how the gate concluded on a fixed precision, in rounds
 
 
-def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
-    """Gate the job's precision (or, for "auto", time every one and pick the fastest that
-    passes); say why.
+def choose_precision(
+    job: Job,
+    model_path: Path,
+    table: pa.Table,
+    *,
+    evidence: Evidence | None = None,
+    whole: bool = False,
+) -> Choice:
+    """Gate the job's precision in rounds (`batchscore.measure.rounds`; ``evidence``: what
+    this machine kept for it on this job, ``whole``: every sample row needed), or, for "auto",
+    time every one on the whole sample and pick the fastest that passes; say why.
 
     At most two models are loaded at a time: the best so far and the one being measured.
     """
@@ -48,7 +59,12 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
     wanted = job.model.precision
     auto = wanted == "auto"
     budget = trial_budget(job)
-    reference = trial(job, model_path, "fp32", table=table, max_tokens=budget, timed=auto)
+    first = None
+    if not auto:
+        first = first_rows(job.quality, table.num_rows, warm=evidence is not None, whole=whole)
+    reference = trial(
+        job, model_path, "fp32", table=table, max_tokens=budget, timed=auto, rows=first
+    )
     if wanted == "fp32":
         return Choice(reference, Chosen("fp32", "fp32 is the reference"), reference)
     device = resolve_device(job.model.device)
@@ -57,12 +73,25 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
         candidates = [p for p in candidates if precision(p).generates]
     best, measured = reference, [reference.describe()]
     tried: dict[str, Trial] = {}
+    gated = None
     for name in candidates:
-        # One precision to gate: the reference's model, its columns kept, can become it.
-        reuse = None if auto else reference
+        # One precision to gate: the reference's model, its columns kept, can become it
+        # (int8), once it has scored the whole sample; else it stays loaded beside the
+        # candidate, to score the gate's further rounds.
+        reuse = None
+        if not auto and convertible(name, compiled=reference.executor.compiled):
+            reuse = reference
+            reference.score(table.slice(reference.rows))
         try:
             candidate = trial(
-                job, model_path, name, table=table, max_tokens=budget, timed=auto, reuse=reuse
+                job,
+                model_path,
+                name,
+                table=table,
+                max_tokens=budget,
+                timed=auto,
+                reuse=reuse,
+                rows=first,
             )
         except (QualityGateError, ModelError) as exc:  # calibration could not keep the
             if not auto:  # promise, or found no Linear layer to quantize: "auto" moves on
@@ -70,7 +99,12 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
             measured.append(f"{name}: cannot run here ({exc})")
             log.info("quality gate: %s", measured[-1], extra=DETAIL)
             continue
-        candidate.agreement = judge(reference, candidate, job.quality)
+        if auto:
+            candidate.agreement = judge(reference, candidate, job.quality)
+        else:
+            gated = gate_in_rounds(
+                reference, candidate, table, job.quality, evidence=evidence, whole=whole
+            )
         tried[name] = candidate
         measured.append(candidate.describe())
         log.info("quality gate: %s", candidate.describe(), extra=DETAIL)
@@ -89,7 +123,7 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
     else:
         raise QualityGateError(
             f"[model].precision = {wanted!r} fails the quality gate on the first "
-            f"{table.num_rows} rows: {best.agreement.describe()}. Use another precision, "
+            f"{best.rows} rows: {best.agreement.describe()}. Use another precision, "
             "relax [quality], or pass --accept-quality to score anyway"
         )
     if best is not reference:
@@ -101,6 +135,10 @@ def choose_precision(job: Job, model_path: Path, table: pa.Table) -> Choice:
         trials=tuple(measured),
         # every later load of an accepted failure's output calibrates the same way
         accepted=bool(accept and best.agreement and not best.agreement.passed),
-        measured={"sample_rows": table.num_rows, "agreement": agreement},
+        measured={
+            "sample_rows": best.rows,
+            "agreement": agreement,
+            **({"gate": gated.record()} if gated is not None else {}),
+        },
     )
-    return Choice(best, record, reference, tried)
+    return Choice(best, record, reference, tried, gated)

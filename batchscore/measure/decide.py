@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from batchscore.errors import BookkeepingError, OutputConflictError
+from batchscore.errors import BookkeepingError, OutputConflictError, QualityGateError
 from batchscore.job.ranges import Ranges
 from batchscore.job.runtimes import OPENVINO, openvino_wanted
 from batchscore.job.sections import Job
@@ -38,6 +38,7 @@ from batchscore.measure.cache import DecisionCache, Entry, cache_key
 from batchscore.measure.choose import choose_precision
 from batchscore.measure.gate import Trial, trial
 from batchscore.measure.load import job_sample, trial_budget
+from batchscore.measure.rounds import evidence_key, kept_evidence, new_evidence, rounds
 from batchscore.models.embed import calibrates, measured_ranges
 from batchscore.models.tasks import generates
 from batchscore.observe.progress import stage
@@ -91,22 +92,40 @@ def decide(
     key = machine_key(job, model_files)
     entry = (cache.get(key) if cache is not None else None) or Entry()
     budget = trial_budget(job)
+    seen = kept_evidence(entry, job)
+    whole = calibrates(job.options)  # its ranges are measured on every sample row
     if wanted == "auto":
-        what = f"quality gate: scoring {table.num_rows} rows in fp32, then what can pay for itself"
+        first = rounds(job, table, seen, whole)
+        what = f"quality gate: scoring {first} in fp32, then what can pay for itself"
         with stage(what, "quality gate done"):
             auto = choose_auto(
-                job, model_path, table, rows=rows, known=entry.measured, unusable=entry.unusable
+                job,
+                model_path,
+                table,
+                rows=rows,
+                known=entry.measured,
+                unusable=entry.unusable,
+                evidence=seen,
+                whole=whole,
             )
         chosen, verdict = auto.chosen, auto.record
         if cache is not None:
             cache.learn(key, auto.measured, auto.unusable)
+            cache.note(key, new_evidence(job, auto.gates, seen))
     elif wanted == "fp32":  # the budget or ranges to settle: the run adopts this model and results
         chosen = trial(job, model_path, "fp32", table=table, max_tokens=budget, timed=False)
         verdict = Chosen("fp32", "fp32 is the reference")
     else:
-        what = f"quality gate: scoring {table.num_rows} rows in fp32 and {wanted}"
-        with stage(what, "quality gate done"):
-            gated = choose_precision(job, model_path, table)
+        what = f"quality gate: scoring {rounds(job, table, seen, whole)} in fp32 and {wanted}"
+        try:
+            with stage(what, "quality gate done"):
+                gated = choose_precision(
+                    job, model_path, table, evidence=seen.get(wanted), whole=whole
+                )
+        except QualityGateError:  # refused: the next run of the job scores the whole gate
+            if cache is not None:
+                cache.note(key, {evidence_key(job, wanted): None})
+            raise
         chosen = gated.chosen
         speeds = {"fp32": gated.reference.tokens_per_s, wanted: chosen.tokens_per_s}
         verdict = dataclasses.replace(
@@ -114,6 +133,8 @@ def decide(
         )
         if cache is not None:
             cache.learn(key, {wanted: measured(chosen, gated.reference)})
+            if gated.gated is not None:
+                cache.note(key, new_evidence(job, {wanted: gated.gated}, seen))
     budget_choice = None
     if needs_budget:
         budget_choice = choose_budget(

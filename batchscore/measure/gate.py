@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ from batchscore.pipeline.known import Known
 from batchscore.pipeline.sampler import padded_tokens, restore
 from batchscore.pipeline.static import run_sample
 from batchscore.runtime.executor import Executor
+from batchscore.work.units import Encoded
 
 
 @dataclass
@@ -40,13 +41,52 @@ class Trial:
     known: Known | None = None  # its model's results for the sample, for a run that adopts it
     tokens_per_s: float = 0.0  # padded tokens per second of model time, first batch left out
     tokens_per_row: float = 0.0  # the sample's padded tokens per row, as its batches were cut
+    policy: Batching | None = None  # how its batches are cut: as the run cuts its rows
+    sizes: list[int] = field(default_factory=list)  # each batch's padded tokens, as scored
+    spent: list[float] = field(default_factory=list)  # and its model seconds
+    cut: list[np.ndarray] = field(default_factory=list)  # the last pass's batches (units)
+    encoded: Encoded | None = None  # and its units
+
+    def score(self, table: pa.Table) -> None:
+        """Score ``table`` (the sample's next rows) with this trial's model and add its results
+        to the trial's: its columns, its known results and its speed.
+
+        The gate scores its sample in rounds and stops as soon as the rows it has scored keep
+        its promise (`batchscore.measure.rounds`), so each round adds the rows after the last."""
+        task, executor = self.task, self.executor
+        if self.rows and not table.num_rows:
+            return
+        encoded = task.encode(table)
+        units = np.arange(len(encoded.lengths))
+        ran = run_sample(
+            encoded,
+            self.policy.batches(encoded, units),
+            task=task,
+            executor=executor,
+            policy=self.policy,
+        )
+        cut = ran.batches  # as run, split where too big
+        self.cut, self.encoded = cut, encoded
+        self.sizes += [padded_tokens(encoded.lengths + encoded.reserve, [b]) for b in cut]
+        self.spent += ran.seconds
+        self.seconds = self.cold_s = executor.busy_s  # cold: first calls pay one-off set-up
+        results = restore(cut, ran.outputs, np.empty((0,), dtype=np.float32))
+        columns = task.finish(encoded, results) if cut else {}
+        if self.columns and columns:
+            columns = {k: joined(self.columns[k], v) for k, v in columns.items()}
+        self.columns = columns or self.columns
+        known = Known.of(encoded, results, cut) if cut else None
+        self.known = known if not self.rows else Known.joined(self.known, known)
+        self.rows += len(encoded.rows)
+        self.tokens_per_s = warm_speed(self.sizes, self.spent)
+        self.tokens_per_row = sum(self.sizes) / max(self.rows, 1)
 
     def unload(self) -> None:
         """Let go of the model, and of the results only it may hand on (columns, timing stay),
         and give its memory back to the device: on a GPU the caching allocator would otherwise
         keep the fp32 reference's blocks reserved beside the model that scores the run."""
         executor = self.executor
-        self.task = self.executor = self.known = None
+        self.task = self.executor = self.known = self.encoded = None
         if executor is not None:
             executor.release_memory()
 
@@ -77,11 +117,13 @@ def trial(
     max_tokens: int,
     timed: bool,
     reuse: Trial | None = None,
+    rows: int | None = None,
 ) -> Trial:
-    """Load the model at ``precision`` and score ``table``; when ``timed``, score it twice and
-    time the second (warm) pass, since only a choice between precisions needs their speeds.
-    ``reuse``: the fp32 reference, whose model becomes ``precision`` in place where it can
-    (int8: `convertible`) instead of being loaded again; it is let go either way."""
+    """Load the model at ``precision`` and score ``table``'s first ``rows`` (all by default;
+    the quality gate scores more in rounds, `Trial.score`); when ``timed``, score them twice
+    and time the second (warm) pass, since only a choice between precisions needs their
+    speeds. ``reuse``: the fp32 reference, whose model becomes ``precision`` in place where it
+    can (int8: `convertible`) instead of being loaded again; it is let go either way."""
     started = time.perf_counter()
     loaded = reuse.executor if reuse is not None else None
     if loaded is not None and convertible(precision, compiled=loaded.compiled):
@@ -93,37 +135,33 @@ def trial(
     if reuse is not None:
         reuse.unload()
     load_s = time.perf_counter() - started
-    encoded = task.encode(table)
-    units = np.arange(len(encoded.lengths))
     policy = Batching.of(job.batching, task, max_tokens=max_tokens)  # cut as the run cuts
-    ran = run_sample(
-        encoded, policy.batches(encoded, units), task=task, executor=executor, policy=policy
-    )
-    cut, outputs, spent = ran.batches, ran.outputs, ran.seconds  # as run, split where too big
-    seconds = cold = executor.busy_s  # a cold pass: first calls pay one-off set-up costs
-    sizes = [padded_tokens(encoded.lengths + encoded.reserve, [b]) for b in cut]
-    if timed:
-        for b in cut:
-            executor.run(lambda b=b: task.forward(encoded, b))
-        seconds = executor.busy_s - seconds
-    results = restore(cut, outputs, np.empty((0,), dtype=np.float32))
-    columns = task.finish(encoded, results) if cut else {}
-    rows = len(encoded.rows)
-    return Trial(
+    scored = Trial(
         precision,
-        columns,
-        seconds,
-        rows,
+        {},
+        0.0,
+        0,
         task,
         executor,
         load_s=load_s,
         calibrate_s=executor.calibrate_s,
-        cold_s=cold,
         runtime=executor.runtime,
-        known=Known.of(encoded, results, cut) if cut else None,
-        tokens_per_s=sum(sizes) / max(seconds, 1e-9) if timed else warm_speed(sizes, spent),
-        tokens_per_row=sum(sizes) / max(rows, 1),
+        policy=policy,
     )
+    scored.score(table.slice(0, table.num_rows if rows is None else rows))
+    if timed:
+        before, encoded = executor.busy_s, scored.encoded
+        for b in scored.cut:
+            executor.run(lambda b=b: task.forward(encoded, b))
+        scored.seconds = executor.busy_s - before
+        scored.tokens_per_s = sum(scored.sizes) / max(scored.seconds, 1e-9)
+    return scored
+
+
+def joined(before: pa.Array | pa.ChunkedArray, after: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One column of two passes' results, in the order they were scored."""
+    chunks = [c for x in (before, after) for c in getattr(x, "chunks", [x])]
+    return pa.chunked_array(chunks, type=chunks[0].type).combine_chunks()
 
 
 def warm_speed(tokens: list[int], seconds: list[float]) -> float:
@@ -137,7 +175,12 @@ def warm_speed(tokens: list[int], seconds: list[float]) -> float:
 
 
 def judge(reference: Trial, candidate: Trial, gate: QualityConfig) -> Agreement:
-    """The candidate's agreement with fp32, by the task's own measure; no rows, nothing to fail."""
-    if not reference.columns or not reference.rows:
+    """The candidate's agreement with fp32 on the rows both scored (the reference may have
+    scored more: int8 converts its model after it scored the whole sample), by the task's own
+    measure; no rows, nothing to fail."""
+    if not reference.columns or not reference.rows or not candidate.rows:
         return Agreement()
-    return candidate.task.agreement(reference.columns, candidate.columns, gate)
+    columns = reference.columns
+    if reference.rows > candidate.rows:
+        columns = {k: v.slice(0, candidate.rows) for k, v in columns.items()}
+    return candidate.task.agreement(columns, candidate.columns, gate)

@@ -5,6 +5,11 @@ labels and classes by agreement (and the largest probability change), text by ex
 token overlap), values by relative error, scores by their error relative to their scale.
 `[quality]` sets the thresholds. A task cannot pass the quality gate by having outputs nobody
 compares: the gate asks the task, never the column names.
+
+A measure that judges each row (a cosine, an error) also gives each row's margin to its
+threshold, on which the gate's promise is counted (`batchscore.measure.promise`); one that
+judges a share of rows (agreement, exact match) marks itself, since its threshold is already a
+share and holds only over the whole sample.
 """
 
 from __future__ import annotations
@@ -26,10 +31,20 @@ class Agreement:
 
     metrics: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    # each judged row's margin to its threshold: 1 where it equals fp32's, 0 at the threshold,
+    # below 0 past it (`margins`); None where no measure judges rows one by one
+    margins: np.ndarray | None = None
+    shares: bool = False  # a threshold on a share of rows: judged on the whole sample only
 
     @property
     def passed(self) -> bool:
         return not self.failures
+
+    def judge_rows(self, errors: np.ndarray, allowed: float) -> None:
+        """Keep each row's margin, its error against the ``allowed`` one; with several per-row
+        measures (a reward model's named scores), a row's least."""
+        found = margins(errors, allowed)
+        self.margins = found if self.margins is None else np.minimum(self.margins, found)
 
     def check(self, name: str, value: float, limit: float, at_least: bool = True) -> None:
         """Record a metric and whether it is on the right side of its threshold."""
@@ -40,6 +55,17 @@ class Agreement:
     def describe(self) -> str:
         shown = ", ".join(f"{k} {v:.4f}" for k, v in self.metrics.items())
         return shown + ("" if self.passed else f"; fails the gate: {', '.join(self.failures)}")
+
+
+def margins(errors: np.ndarray, allowed: float) -> np.ndarray:
+    """Each row's margin to its threshold: 1 - error / allowed (1: no error, 0: at the
+    threshold, below 0: past it); an error that is NaN is past any threshold. A threshold
+    that allows no error at all leaves a row 1 or -1."""
+    errors = np.nan_to_num(np.asarray(errors, dtype=np.float64), nan=np.inf)
+    if allowed <= 0:
+        return np.where(errors <= 0, 1.0, -1.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.nan_to_num(1.0 - errors / allowed, nan=-np.inf)
 
 
 def numbers(column: pa.Array) -> np.ndarray:
@@ -68,6 +94,7 @@ def vectors(reference: Columns, candidate: Columns, column: str, gate: QualityCo
     cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
     result.check("cosine_min", float(cos.min()), gate.min_cosine)
     result.metrics["cosine_mean"] = float(cos.mean())
+    result.judge_rows(1.0 - cos, 1.0 - gate.min_cosine)
     return result
 
 
@@ -75,7 +102,7 @@ def labels(
     reference: Columns, candidate: Columns, probabilities: str, gate: QualityConfig
 ) -> Agreement:
     """Labels by agreement (`min_agreement`), with the largest change of ``probabilities``."""
-    result = Agreement()
+    result = Agreement(shares=True)
     agreement = share_equal(reference["label"], candidate["label"])
     result.check("label_agreement", agreement, gate.min_agreement)
     change = np.abs(numbers(reference[probabilities]) - numbers(candidate[probabilities])).max()
@@ -85,7 +112,7 @@ def labels(
 
 def texts(reference: Columns, candidate: Columns, column: str, gate: QualityConfig) -> Agreement:
     """Texts by exact match (`min_exact_match`), with the mean token overlap."""
-    result = Agreement()
+    result = Agreement(shares=True)
     exact = share_equal(reference[column], candidate[column])
     result.check("exact_match", exact, gate.min_exact_match)
     result.metrics["token_overlap"] = token_overlap(reference[column], candidate[column])
@@ -94,7 +121,7 @@ def texts(reference: Columns, candidate: Columns, column: str, gate: QualityConf
 
 def classes(reference: Columns, candidate: Columns, column: str, gate: QualityConfig) -> Agreement:
     """Class numbers by agreement (`min_agreement`)."""
-    result = Agreement()
+    result = Agreement(shares=True)
     agreement = share_equal(reference[column], candidate[column])
     result.check("prediction_agreement", agreement, gate.min_agreement)
     return result
@@ -121,6 +148,7 @@ def scores(reference: Columns, candidate: Columns, column: str, gate: QualityCon
     # a score one side lost (NaN, an overflow) is as far off as a score can be
     error = float("inf") if np.isnan(differences).any() else float(differences.max() / scale)
     result.check("max_score_error", error, gate.max_relative_error, at_least=False)
+    result.judge_rows(differences / scale, gate.max_relative_error)
     if len(a) > 1:  # neighbours, not every pair: a sample of 65,536 rows has 2e9 pairs
         order = np.argsort(a, kind="stable")
         steps, moved = np.diff(a[order]), np.diff(b[order])
@@ -133,8 +161,9 @@ def values(reference: Columns, candidate: Columns, column: str, gate: QualityCon
     """Numbers by their largest relative error (`max_relative_error`)."""
     result = Agreement()
     a, b = numbers(reference[column]), numbers(candidate[column])
-    error = float((np.abs(a - b) / np.maximum(np.abs(a), 1e-6)).max())
-    result.check("max_relative_error", error, gate.max_relative_error, at_least=False)
+    errors = np.abs(a - b) / np.maximum(np.abs(a), 1e-6)
+    result.check("max_relative_error", float(errors.max()), gate.max_relative_error, at_least=False)
+    result.judge_rows(errors.reshape(len(errors), -1).max(1), gate.max_relative_error)
     return result
 
 
@@ -161,7 +190,9 @@ def logprobs(reference: Columns, candidate: Columns, gate: QualityConfig) -> Agr
     moved = np.abs(a - b) / tokens
     error = float("inf") if np.isnan(moved).any() else float(np.expm1(moved.max()))
     result.check("max_perplexity_error", error, gate.max_relative_error, at_least=False)
+    result.judge_rows(np.expm1(moved), gate.max_relative_error)
     if "is_greedy" in reference and "is_greedy" in candidate:
+        result.shares = True
         result.check(
             "greedy_agreement",
             share_equal(reference["is_greedy"], candidate["is_greedy"]),
@@ -190,4 +221,8 @@ def named_scores(
         )
         result.metrics |= {f"{name}: {k}": v for k, v in one.metrics.items()}
         result.failures += [f"{name}: {failure}" for failure in one.failures]
+        if one.margins is not None:
+            result.margins = (
+                one.margins if result.margins is None else np.minimum(result.margins, one.margins)
+            )
     return result

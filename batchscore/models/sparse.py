@@ -118,6 +118,7 @@ class SparseVectors:
         result = Agreement()
         result.check("cosine_min", float(cos.min()) if len(cos) else 1.0, gate.min_cosine)
         result.metrics["cosine_mean"] = float(cos.mean()) if len(cos) else 1.0
+        result.judge_rows(1.0 - cos, 1.0 - gate.min_cosine)
         return result
 
 

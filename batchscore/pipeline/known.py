@@ -59,6 +59,26 @@ class Known:
         index = {key: unit for unit, key in enumerate(keys)}
         return cls(index, results, np.asarray(encoded.lengths), list(batches or []))
 
+    @staticmethod
+    def joined(first: Known | None, then: Known | None) -> Known | None:
+        """Two passes' results over different units as one pass's (the quality gate scores its
+        sample in rounds), ``then``'s units numbered after ``first``'s; None where either
+        cannot be matched, or their results do not stack."""
+        if first is None or then is None:
+            return None
+        offset = len(first.results)
+        try:
+            results = np.concatenate([first.results, then.results])
+        except ValueError:  # outputs of different shapes (generated tokens): not kept
+            return None
+        index = {**first.index, **{key: unit + offset for key, unit in then.index.items()}}
+        return Known(
+            index,
+            results,
+            np.concatenate([first.lengths, then.lengths]),
+            [*first.batches, *(batch + offset for batch in then.batches)],
+        )
+
     def take(self, keys: list[bytes], units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Those of ``units`` (``keys``: every unit's, `unit_keys`) whose result is known, and
         their results; each is given once."""

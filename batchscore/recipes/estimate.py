@@ -33,7 +33,9 @@ from batchscore.measure.cache import Entry, open_cache
 from batchscore.measure.decide import concrete, machine_key
 from batchscore.measure.gate import Trial
 from batchscore.measure.load import load_at
+from batchscore.measure.rounds import first_rows, kept_evidence
 from batchscore.measure.spend import Ledger, next_to_try
+from batchscore.models.embed import calibrates
 from batchscore.models.fingerprint import model_identity
 from batchscore.models.source.locate import locate
 from batchscore.models.tasks import generates
@@ -164,9 +166,13 @@ def estimate(
     else:
         return {"wall_s": None, "basis": "no earlier run to go by, and timing is off"}
     padded = padding["padded_tokens"]
-    sample = min(job.quality.sample_rows, planned["rows_to_score"])
-    sample_tokens = padded * sample / max(planned["rows_to_score"], 1)
-    spend = Spend(job, model_path, rate, load_s, padded, sample_tokens, runtime, settled)
+    # the gate's first round, where it stops for a candidate not in doubt (`measure.rounds`)
+    warm, cap = bool(kept_evidence(entry or Entry(), job)), planned["rows_to_score"]
+    cap = min(job.quality.sample_rows, cap)
+    sample = first_rows(job.quality, cap, warm=warm, whole=calibrates(job.options))
+    per_row = padded / max(planned["rows_to_score"], 1)
+    whole = per_row * min(job.quality.sample_rows, planned["rows_to_score"])  # int8 calibrates
+    spend = Spend(job, model_path, rate, load_s, padded, per_row * sample, runtime, settled, whole)
     here = spend.auto(entry or Entry()) if auto else spend.fixed(entry or Entry())
     cold = spend.auto(Entry()) if auto else spend.fixed(Entry())
     startup = startup_s or 0.0
@@ -194,7 +200,9 @@ def estimate(
 @dataclasses.dataclass
 class Spend:
     """What a run of ``padded`` tokens spends beyond start-up, as the run would decide it:
-    ``rate`` and ``load_s`` are the starting precision's; ``sample``: the gate's tokens."""
+    ``rate`` and ``load_s`` are the starting precision's; ``sample``: the gate's tokens, as
+    far as its first round (`measure.rounds`); ``whole``: the whole sample's, int8's
+    calibration's."""
 
     job: Job
     model_path: Path
@@ -204,6 +212,7 @@ class Spend:
     sample: float
     runtime: str = "torch"  # where the starting precision's model ran (torch or openvino)
     settled: bool = False  # the folder's first run decided: nothing is measured again
+    whole: float = 0.0
 
     def fixed(self, entry: Entry) -> dict[str, Any]:
         """A settled folder, fp32, or a fixed precision that the gate checks against fp32."""
@@ -221,7 +230,7 @@ class Spend:
             fp32 = self.rate / max(speedup, 1e-9)
             calibrating = calibration_s(
                 name,
-                self.sample,
+                self.whole,
                 fp32=fp32,
                 speedup=speedup,
                 runtime=self.runtime,
@@ -264,7 +273,7 @@ class Spend:
             candidates,
             device,
             reference=reference,
-            sample_tokens=self.sample,
+            sample_tokens=self.whole,
             known=entry.measured,
             layers=self.layers,
         )

@@ -25,6 +25,7 @@ BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
     ("batching", "window_rows"): (1, 1 << 20),
     ("output", "chunk_rows"): (1, 10_000_000),
     ("quality", "sample_rows"): (1, 1 << 16),
+    ("quality", "max_share_below"): (0.0, 1.0),
     ("generate", "max_new_tokens"): (1, 1 << 15),
     ("generate", "num_beams"): (1, 64),
     ("generate", "top_k"): (0, 1 << 18),
