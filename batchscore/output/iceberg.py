@@ -57,9 +57,9 @@ from batchscore.output.iceberg_catalog import (
 from batchscore.output.iceberg_columns import difference, fit, refusal, replace_columns
 from batchscore.output.iceberg_log import by_whom
 from batchscore.output.iceberg_rows import files_without, write_rows
-from batchscore.output.keys import read_keys
+from batchscore.output.keys import chunks_named, drop_chunk_keys, kept_chunks, read_keys
 from batchscore.output.manifest import FileFacts
-from batchscore.storage.layout import KEYS, is_chunk_name, keys_key, keys_name, part_key, part_name
+from batchscore.storage.layout import is_chunk_name, part_key, part_name
 from batchscore.storage.store import Store
 
 log = logging.getLogger("batchscore")
@@ -374,21 +374,16 @@ class Table:
 
     def kept(self) -> set[str]:
         """The chunks whose keys are kept (`batchscore.output.keys`)."""
-        return {k for name in self.store.names(KEYS) if (k := keys_key(f"{KEYS}/{name}"))}
+        return kept_chunks(self.store)
 
     def drop_keys(self, keys: Iterable[str]) -> None:
         """Delete the keys of chunks out of the table (a missing one is fine)."""
-        for key in keys:
-            try:
-                self.store.delete(keys_name(key))
-            except OSError as exc:
-                raise write_error(self.store.where(keys_name(key)), exc, doing="remove") from exc
+        drop_chunk_keys(self.store, keys)
 
     def retire_files(self, rels: Iterable[str]) -> None:
         """`retire` the chunks whose data files or keys ``rels`` name (other names are not
         the table's): called before any of them is deleted or moved."""
-        keys = [keys_key(rel) if "/" in rel else part_key(rel) for rel in rels]
-        self.retire(k for k in keys if k is not None)
+        self.retire(chunks_named(rels))
 
     def info(self, operation: str, keys: list[str], metadata: dict[str, str]) -> dict[str, str]:
         """A snapshot's summary properties: the lineage, what it did, to which chunks (a

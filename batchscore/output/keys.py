@@ -21,13 +21,14 @@ long ago the file itself was vacuumed.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from batchscore.errors import write_error
 from batchscore.job.sections import ROW_HASH
-from batchscore.storage.layout import KEYS, keys_name, staged_name
+from batchscore.storage.layout import KEYS, keys_key, keys_name, part_key, staged_name
 from batchscore.storage.store import Store
 
 COLUMNS = b"batchscore.columns"  # the data file's columns, an Arrow schema serialized
@@ -92,3 +93,23 @@ def written_columns(keys: pa.Table) -> pa.Schema | None:
         return ipc.read_schema(pa.py_buffer(found))
     except pa.ArrowException:
         return None
+
+
+def kept_chunks(store: Store) -> set[str]:
+    """The chunks whose keys are kept (a table's, Delta's or Iceberg's)."""
+    return {k for name in store.names(KEYS) if (k := keys_key(f"{KEYS}/{name}"))}
+
+
+def drop_chunk_keys(store: Store, keys: Iterable[str]) -> None:
+    """Delete chunks' keys (a missing one is fine); a failure names the file."""
+    for key in keys:
+        try:
+            store.delete(keys_name(key))
+        except OSError as exc:
+            raise write_error(store.where(keys_name(key)), exc, doing="remove") from exc
+
+
+def chunks_named(rels: Iterable[str]) -> list[str]:
+    """The chunks whose data files or keys ``rels`` name (other names are no chunk's)."""
+    keys = [keys_key(rel) if "/" in rel else part_key(rel) for rel in rels]
+    return [k for k in keys if k is not None]
